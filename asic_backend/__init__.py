@@ -1,0 +1,51 @@
+"""A bit-exact int8 matmul ASIC simulator, exposed as ``torch.compile(backend="asic")``.
+
+>>> import torch, asic_backend
+>>> model = torch.nn.Linear(64, 32)
+>>> compiled = torch.compile(model, backend="asic")          # every linear on the simulated DUT
+>>> custom = asic_backend.make_backend(config=asic_backend.AsicConfig.preset("gemmini"))
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+#: Version of the simulator's numeric and cycle model. Bump it whenever a figure it reports can
+#: change for the same input, so baselines recorded with another model are flagged.
+SIM_VERSION = "1"
+
+if TYPE_CHECKING:
+    from asic_backend.backend import asic_backend, make_backend
+    from asic_backend.config import AsicConfig
+    from asic_backend.device import CounterSnapshot, Device, HostFallback
+
+__all__ = [
+    "SIM_VERSION",
+    "AsicConfig",
+    "CounterSnapshot",
+    "Device",
+    "HostFallback",
+    "asic_backend",
+    "make_backend",
+]
+
+_LAZY = {
+    "AsicConfig": "asic_backend.config",
+    "CounterSnapshot": "asic_backend.device",
+    "Device": "asic_backend.device",
+    "HostFallback": "asic_backend.device",
+    "asic_backend": "asic_backend.backend",
+    "make_backend": "asic_backend.backend",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so `import asic_backend` stays cheap and the backend module (which registers the
+    # custom ops) loads only when it is used.
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'asic_backend' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
