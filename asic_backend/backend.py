@@ -1,0 +1,203 @@
+"""``torch.compile(backend="asic")``: linears and matmuls on the simulated DUT, the rest on host.
+
+The backend lowers the Dynamo graph (:mod:`asic_backend.lowering`), then hands it to AOTAutograd
+for the host part, as ``aot_eager`` does (``torch/_dynamo/backends/debugging.py``): by default
+the aten graph runs as is (fast compiles, eager's kernels); ``host="inductor"`` compiles it with
+inductor (``torch/_dynamo/backends/inductor.py``). The DUT is inference-only: while autograd is
+live the graph runs on the host untouched, and the backend says so once per process.
+
+>>> model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU())
+>>> with torch.no_grad():
+...     y = torch.compile(model, backend="asic")(torch.randn(8, 64))   # preset from the env
+>>> be = make_backend(config="gemmini", quantize="none", host="inductor")
+>>> y = torch.compile(model, backend=be, fullgraph=True)(torch.randn(8, 64))
+>>> y = torch.compile(model, backend="asic", options={"config": "tpu_v1"})(torch.randn(8, 64))
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
+
+import torch
+from torch import fx
+
+from asic_backend.config import AsicConfig
+from asic_backend.device import Device, get_device
+from asic_backend.lowering import POLICIES, LoweringOptions, LoweringSummary, Policy, lower
+
+log = logging.getLogger(__name__)
+
+HOSTS: tuple[str, ...] = ("aten", "inductor")
+#: The keys ``torch.compile(..., backend="asic", options={...})`` accepts: make_backend's arguments.
+OPTION_KEYS: tuple[str, ...] = ("config", "quantize", "matmul", "host")
+
+CompiledFn = Callable[..., Any]
+
+
+class AsicHostWarning(UserWarning):
+    """A compiled graph runs on the host, not on the DUT (e.g. because autograd is live)."""
+
+
+_AUTOGRAD_MESSAGE = (
+    "asic backend: autograd is live (grad mode on and an input or parameter requires grad), so "
+    "this graph runs on the host unchanged; the DUT is inference-only: call the model under "
+    "torch.no_grad() or torch.inference_mode() to run it on the DUT"
+)
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def _say_once(message: str) -> None:
+    with _warned_lock:
+        if message in _warned:
+            return
+        _warned.add(message)
+    log.info(message)
+    warnings.warn(message, AsicHostWarning, stacklevel=2)
+
+
+def _choice(name: str, value: object, allowed: Sequence[str]) -> Any:
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(
+            f"asic backend: {name}={value!r} is not one of {', '.join(map(repr, allowed))}"
+        )
+    return value
+
+
+def _resolve_config(config: AsicConfig | str | None) -> AsicConfig | None:
+    if config is None or isinstance(config, AsicConfig):
+        return config
+    if isinstance(config, str):
+        return AsicConfig.load(config)
+    raise TypeError(
+        f"asic backend: config must be an AsicConfig, a preset name or a TOML path, got {config!r}"
+    )
+
+
+class AsicBackend:
+    """A configured ``asic`` backend: a Dynamo compiler function (see :func:`make_backend`)."""
+
+    def __init__(
+        self,
+        config: AsicConfig | str | None = None,
+        quantize: str = "dynamic",
+        matmul: str | None = None,
+        host: str = "aten",
+    ) -> None:
+        self.config = _resolve_config(config)
+        self.quantize: Policy = _choice("quantize", quantize, POLICIES)
+        self.matmul: Policy = _choice(
+            "matmul", self.quantize if matmul is None else matmul, POLICIES
+        )
+        self.host: str = _choice("host", host, HOSTS)
+
+    def __repr__(self) -> str:
+        config = "from $ASIC_BACKEND_CONFIG" if self.config is None else self.config.key
+        return (
+            f"AsicBackend(config={config}, quantize={self.quantize!r}, matmul={self.matmul!r}, "
+            f"host={self.host!r})"
+        )
+
+    @property
+    def device(self) -> Device:
+        """The device the next compiled graph runs on (``None`` config: read from the env now)."""
+        return get_device(self.config)
+
+    def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledFn:
+        if _autograd_live(example_inputs):
+            _say_once(_AUTOGRAD_MESSAGE)
+            return self._host(gm, example_inputs)
+        options = LoweringOptions(
+            device=self.device.key, quantize=self.quantize, matmul=self.matmul
+        )
+        summary = lower(gm, options)
+        _log_summary(summary)
+        return self._host(gm, example_inputs)
+
+    def _host(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledFn:
+        if self.host == "inductor":
+            from torch._inductor.compile_fx import compile_fx
+
+            compiled: Any = compile_fx(gm, list(example_inputs))
+            return cast(CompiledFn, compiled)
+        from torch._dynamo.backends.common import aot_autograd
+        from torch._dynamo.backends.debugging import boxed_nop
+        from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+        compiler = aot_autograd(
+            fw_compiler=boxed_nop,
+            bw_compiler=boxed_nop,
+            partition_fn=min_cut_rematerialization_partition,
+            keep_inference_input_mutations=True,
+        )
+        result: CompiledFn = compiler(gm, example_inputs)
+        return result
+
+
+def _autograd_live(example_inputs: Sequence[Any]) -> bool:
+    # AOTAutograd's own test for building a backward graph (params are among the inputs).
+    return torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs
+    )
+
+
+def _log_summary(summary: LoweringSummary) -> None:
+    if log.isEnabledFor(logging.DEBUG):
+        for site in summary.dut:
+            log.debug("asic: DUT  %s", site)
+        for fallback in summary.host:
+            where = f"{fallback.file}:{fallback.line}" if fallback.file else "?"
+            log.debug("asic: HOST %s at %s: %s", fallback.op, where, fallback.reason)
+
+
+def make_backend(
+    config: AsicConfig | str | None = None,
+    quantize: str = "dynamic",
+    matmul: str | None = None,
+    host: str = "aten",
+) -> AsicBackend:
+    """A ``torch.compile`` backend running linears and matmuls on the simulated ASIC.
+
+    ``config``: an :class:`AsicConfig`, a preset name or a TOML path (``None``:
+    ``$ASIC_BACKEND_CONFIG``, else the default preset, read at each compile). ``quantize``:
+    ``"dynamic"`` runs float linears as dynamic int8 on the DUT, ``"none"`` leaves them on the
+    host (already-quantized TorchAO/PT2E layers go to the DUT either way). ``matmul``: the same
+    for activation x activation matmuls (default: as ``quantize``). ``host``: ``"aten"`` runs the
+    host part's aten graph as is, ``"inductor"`` compiles it. Unknown values raise ValueError.
+
+    >>> be = make_backend(config="tpu_v1", quantize="dynamic")
+    >>> y = torch.compile(model, backend=be, fullgraph=True)(x)
+    >>> be.device.snapshot().dut_ops
+    """
+    return AsicBackend(config=config, quantize=quantize, matmul=matmul, host=host)
+
+
+def asic_backend(
+    gm: fx.GraphModule,
+    example_inputs: Sequence[Any],
+    *,
+    options: Mapping[str, Any] | None = None,
+    mode: str | None = None,
+) -> CompiledFn:
+    """The ``asic`` entry point: ``torch.compile(model, backend="asic", options={...})``.
+
+    ``options`` are :func:`make_backend`'s arguments (``config``, ``quantize``, ``matmul``,
+    ``host``); without a ``config`` the device comes from ``$ASIC_BACKEND_CONFIG``.
+    """
+    if mode not in (None, "default"):
+        raise ValueError(
+            f"asic backend: mode={mode!r} is not supported; pass options={{...}} instead "
+            f"(keys: {', '.join(OPTION_KEYS)})"
+        )
+    opts = dict(options or {})
+    unknown = sorted(set(opts) - set(OPTION_KEYS))
+    if unknown:
+        raise ValueError(
+            f"asic backend: unknown option(s) {', '.join(map(repr, unknown))}; "
+            f"known: {', '.join(OPTION_KEYS)}"
+        )
+    return make_backend(**opts)(gm, example_inputs)

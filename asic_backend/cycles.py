@@ -1,0 +1,110 @@
+"""Closed-form cost of one GEMM on a simulated systolic array: cycles, bytes, roofline.
+
+``Y[M,N] = X[M,K] · W[N,K]ᵀ`` on an R x C array. Cycle counts are SCALE-Sim v2's per-fold
+formulas; traffic is compulsory DRAM traffic plus input re-fetch and partial-sum spill when the
+SRAMs are too small (research/int8-asic.md §5). Everything is integer arithmetic on the shape, so
+the figures are deterministic and CI can gate on them with zero noise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from asic_backend.config import AsicConfig
+
+Bound = Literal["compute", "memory"]
+
+#: Bytes per element of the int32 accumulator and of the per-channel int32 vector (bias with the
+#: zero-point correction folded in) the post-processing unit reads.
+ACC_BYTES = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmCost:
+    """What one ``[m,k] x [k,n]`` GEMM costs on a device.
+
+    ``utilization`` is MACs / (R·C·cycles); ``arithmetic_intensity`` is ops (2 per MAC) per DRAM
+    byte; ``roofline_time_s`` is ``max(cycles / f, bytes / bandwidth)`` and ``bound`` says which
+    term won; ``attained_ops_per_s`` is ops / ``roofline_time_s``.
+    """
+
+    m: int
+    k: int
+    n: int
+    macs: int
+    cycles: int
+    bytes_moved: int
+    utilization: float
+    arithmetic_intensity: float
+    bound: Bound
+    roofline_time_s: float
+    attained_ops_per_s: float
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def systolic_cycles(config: AsicConfig, m: int, k: int, n: int) -> int:
+    """Cycles of the GEMM on the array, by dataflow (SCALE-Sim v2).
+
+    Weight-stationary: each of the ``ceil(K/R)·ceil(N/C)`` folds preloads R weight rows, streams
+    M activation rows, drains over C-1 and skews over R-1: ``2R + C + M - 2``. Output-stationary:
+    ``ceil(M/R)·ceil(N/C)`` folds, each streaming K with the same fill and drain: ``R + C + K - 2``.
+    An empty GEMM is not issued: 0.
+    """
+    if m == 0 or k == 0 or n == 0:
+        return 0
+    r, c = config.rows, config.cols
+    if config.dataflow == "ws":
+        return _ceil_div(k, r) * _ceil_div(n, c) * (2 * r + c + m - 2)
+    return _ceil_div(m, r) * _ceil_div(n, c) * (r + c + k - 2)
+
+
+def dram_bytes(config: AsicConfig, m: int, k: int, n: int, out_bytes: int) -> int:
+    """DRAM traffic of the GEMM.
+
+    Compulsory: the int8 inputs and weights once, one int32 per output channel, the outputs once.
+    Plus, when the input tile does not fit its SRAM, a re-read of the inputs for every further
+    column fold; and when C accumulator columns for M rows do not fit, each further K fold spills
+    and reloads its int32 partial sums.
+    """
+    if m == 0 or k == 0 or n == 0:
+        return 0
+    r, c = config.rows, config.cols
+    total = m * k + k * n + ACC_BYTES * n + m * n * out_bytes
+    if m * k > config.inp_sram_bytes:
+        total += m * k * (_ceil_div(n, c) - 1)
+    if ACC_BYTES * m * c > config.acc_sram_bytes:
+        total += 2 * ACC_BYTES * m * n * (_ceil_div(k, r) - 1)
+    return total
+
+
+def gemm_cost(config: AsicConfig, m: int, k: int, n: int, out_bytes: int) -> GemmCost:
+    """The cost of ``[m,k] x [k,n]`` with ``out_bytes`` per output element (1: int8, 4: int32)."""
+    for label, value in (("m", m), ("k", k), ("n", n)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"gemm_cost: {label} must be a non-negative int, got {value!r}")
+    if out_bytes not in (1, ACC_BYTES):
+        raise ValueError(f"gemm_cost: out_bytes must be 1 (int8) or 4 (int32), got {out_bytes!r}")
+    macs = m * k * n
+    cycles = systolic_cycles(config, m, k, n)
+    moved = dram_bytes(config, m, k, n, out_bytes)
+    ops = 2 * macs
+    t_compute = cycles / config.clock_hz
+    t_memory = moved / config.dram_bw_bytes_per_s
+    time_s = max(t_compute, t_memory)
+    return GemmCost(
+        m=m,
+        k=k,
+        n=n,
+        macs=macs,
+        cycles=cycles,
+        bytes_moved=moved,
+        utilization=macs / (config.peak_macs_per_cycle * cycles) if cycles else 0.0,
+        arithmetic_intensity=ops / moved if moved else 0.0,
+        bound="compute" if t_compute >= t_memory else "memory",
+        roofline_time_s=time_s,
+        attained_ops_per_s=ops / time_s if time_s else 0.0,
+    )

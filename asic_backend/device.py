@@ -1,0 +1,272 @@
+"""Simulated devices and their counters, kept in a side registry.
+
+Counters live here, not in op outputs, so nothing the compiler may drop or merge carries them: a
+GEMM is counted exactly when its numerics run. Every device is thread-safe and resettable, and one
+exists per distinct :attr:`AsicConfig.key`.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+from typing import Any
+
+import torch
+
+from asic_backend import numerics
+from asic_backend.config import AsicConfig
+from asic_backend.cycles import ACC_BYTES, GemmCost, gemm_cost
+
+#: How many per-GEMM costs a device remembers since its last reset (oldest dropped first).
+COST_HISTORY = 4096
+
+
+@dataclasses.dataclass(frozen=True)
+class HostFallback:
+    """A linear/matmul the DUT could not take, and why (one line), with the user's site if known."""
+
+    op: str
+    reason: str
+    file: str | None = None
+    line: int | None = None
+    source: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CounterSnapshot:
+    """A device's counters at one moment. ``peak_macs_per_cycle`` is rows·cols (for utilization)."""
+
+    dut_ops: int = 0
+    host_fallbacks: int = 0
+    macs: int = 0
+    cycles: int = 0
+    bytes_moved: int = 0
+    peak_macs_per_cycle: int = 0
+
+    @property
+    def utilization(self) -> float:
+        """MACs done / MACs the array could have done in those cycles (0.0 when idle)."""
+        capacity = self.peak_macs_per_cycle * self.cycles
+        return self.macs / capacity if capacity else 0.0
+
+    def __add__(self, other: object) -> CounterSnapshot:
+        if not isinstance(other, CounterSnapshot):
+            return NotImplemented
+        cycles = self.cycles + other.cycles
+        if self.peak_macs_per_cycle == other.peak_macs_per_cycle or cycles == 0:
+            peak = max(self.peak_macs_per_cycle, other.peak_macs_per_cycle)
+        else:
+            # Devices of different sizes: the cycle-weighted mean keeps the summed utilization
+            # right (up to rounding to an int).
+            capacity = (
+                self.peak_macs_per_cycle * self.cycles + other.peak_macs_per_cycle * other.cycles
+            )
+            peak = round(capacity / cycles)
+        return CounterSnapshot(
+            dut_ops=self.dut_ops + other.dut_ops,
+            host_fallbacks=self.host_fallbacks + other.host_fallbacks,
+            macs=self.macs + other.macs,
+            cycles=cycles,
+            bytes_moved=self.bytes_moved + other.bytes_moved,
+            peak_macs_per_cycle=peak,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The integer counters by name, plus ``utilization`` (a float)."""
+        return {
+            "dut_ops": self.dut_ops,
+            "host_fallbacks": self.host_fallbacks,
+            "macs": self.macs,
+            "cycles": self.cycles,
+            "bytes_moved": self.bytes_moved,
+            "utilization": self.utilization,
+        }
+
+
+class Device:
+    """One simulated ASIC: its config and its counters since the last :meth:`reset`."""
+
+    def __init__(self, config: AsicConfig) -> None:
+        self.config = config
+        self.key = config.key
+        self._lock = threading.Lock()
+        self._dut_ops = 0
+        self._host_fallbacks = 0
+        self._macs = 0
+        self._cycles = 0
+        self._bytes = 0
+        self._sites: dict[HostFallback, None] = {}  # an ordered set
+        self._costs: collections.deque[GemmCost] = collections.deque(maxlen=COST_HISTORY)
+
+    def __repr__(self) -> str:
+        return f"Device({self.key!r}, {self.snapshot()})"
+
+    def snapshot(self) -> CounterSnapshot:
+        """The counters now (a consistent copy)."""
+        with self._lock:
+            return CounterSnapshot(
+                dut_ops=self._dut_ops,
+                host_fallbacks=self._host_fallbacks,
+                macs=self._macs,
+                cycles=self._cycles,
+                bytes_moved=self._bytes,
+                peak_macs_per_cycle=self.config.peak_macs_per_cycle,
+            )
+
+    def reset(self) -> None:
+        """Zero the counters and forget the host-fallback sites and the per-GEMM costs."""
+        with self._lock:
+            self._dut_ops = self._host_fallbacks = self._macs = self._cycles = self._bytes = 0
+            self._sites.clear()
+            self._costs.clear()
+
+    def record_gemm(self, cost: GemmCost) -> None:
+        """Count one GEMM run on the DUT."""
+        with self._lock:
+            self._dut_ops += 1
+            self._macs += cost.macs
+            self._cycles += cost.cycles
+            self._bytes += cost.bytes_moved
+            self._costs.append(cost)
+
+    def record_host_fallback(self, site: HostFallback) -> None:
+        """Count one linear that ran on the host; remember its site (each distinct site once)."""
+        with self._lock:
+            self._host_fallbacks += 1
+            self._sites[site] = None
+
+    @property
+    def host_fallback_sites(self) -> tuple[HostFallback, ...]:
+        """The distinct host-fallback sites since the last reset, in first-seen order."""
+        with self._lock:
+            return tuple(self._sites)
+
+    @property
+    def last_costs(self) -> tuple[GemmCost, ...]:
+        """The cost of each GEMM since the last reset, oldest first (the last 4096 at most)."""
+        with self._lock:
+            return tuple(self._costs)
+
+
+_registry: dict[str, Device] = {}
+_registry_lock = threading.Lock()
+
+
+def get_device(config: AsicConfig | str | None = None) -> Device:
+    """The device for ``config``: one per distinct config key, created on first use.
+
+    ``None`` means :meth:`AsicConfig.from_env`; a string is the key of a device already created, a
+    preset name or a TOML path.
+    """
+    if isinstance(config, str):
+        with _registry_lock:
+            known = _registry.get(config)
+        if known is not None:
+            return known
+        try:
+            config = AsicConfig.load(config)
+        except ValueError as exc:
+            keys = ", ".join(d.key for d in all_devices()) or "none yet"
+            raise ValueError(f"{exc} (device keys created so far: {keys})") from None
+    elif config is None:
+        config = AsicConfig.from_env()
+    elif not isinstance(config, AsicConfig):
+        raise TypeError(
+            "asic: a device is named by an AsicConfig, a preset name, a TOML path or a device "
+            f"key, got {config!r}"
+        )
+    with _registry_lock:
+        device = _registry.get(config.key)
+        if device is None:
+            device = _registry[config.key] = Device(config)
+        elif device.config != config:
+            raise ValueError(
+                f"asic: two different configs share the key {config.key!r}; rename one of them"
+            )
+        return device
+
+
+def all_devices() -> list[Device]:
+    """Every device created so far, in creation order."""
+    with _registry_lock:
+        return list(_registry.values())
+
+
+def reset_all() -> None:
+    """Reset the counters of every device."""
+    for device in all_devices():
+        device.reset()
+
+
+def total_snapshot() -> CounterSnapshot:
+    """The counters of all devices, summed."""
+    return sum((d.snapshot() for d in all_devices()), CounterSnapshot())
+
+
+def all_host_fallbacks() -> list[HostFallback]:
+    """The distinct host-fallback sites of all devices, deduplicated, in first-seen order."""
+    sites: dict[HostFallback, None] = {}
+    for device in all_devices():
+        sites.update(dict.fromkeys(device.host_fallback_sites))
+    return list(sites)
+
+
+# -- execution entry points: run the numerics and count the GEMM on the device ------------------
+
+
+def _check_device(device: object) -> None:
+    if not isinstance(device, Device):
+        raise TypeError(f"asic: device must be a Device (see get_device()), got {device!r}")
+
+
+def run_mm_i32(
+    a_q: torch.Tensor,
+    w_q: torch.Tensor,
+    *,
+    a_zp: int | torch.Tensor = 0,
+    bias_i32: torch.Tensor | None = None,
+    device: Device,
+) -> torch.Tensor:
+    """The int32-out GEMM ``a_q·w_qᵀ − a_zp·rowsum(w_q) + bias_i32`` on ``device``: [M,N] int32.
+
+    ``a_zp`` is an int or an int32 tensor ``[]``/``[1]`` (per tensor) or ``[M,1]`` (per row).
+    """
+    _check_device(device)
+    acc = numerics.linear_i32(a_q, w_q, a_zp, bias_i32, device.config.acc_overflow)
+    m, k = a_q.shape
+    device.record_gemm(gemm_cost(device.config, m, k, w_q.shape[0], ACC_BYTES))
+    return acc
+
+
+def run_linear_requant(
+    a_q: torch.Tensor,
+    w_q: torch.Tensor,
+    *,
+    a_zp: int,
+    bias_i32: torch.Tensor | None,
+    multiplier: torch.Tensor,
+    shift: torch.Tensor,
+    out_zp: int,
+    qmin: int,
+    qmax: int,
+    device: Device,
+) -> torch.Tensor:
+    """The int8-out linear on ``device``: accumulate, requantize, add out_zp, clamp: int8 [M,N]."""
+    _check_device(device)
+    out = numerics.linear_requant(
+        a_q,
+        w_q,
+        a_zp=a_zp,
+        bias_i32=bias_i32,
+        multiplier=multiplier,
+        shift=shift,
+        out_zp=out_zp,
+        qmin=qmin,
+        qmax=qmax,
+        acc_overflow=device.config.acc_overflow,
+        rounding=device.config.requant_rounding,
+    )
+    m, k = a_q.shape
+    device.record_gemm(gemm_cost(device.config, m, k, w_q.shape[0], out_bytes=1))
+    return out

@@ -1,0 +1,481 @@
+"""The high-level ``asic::`` custom ops that the lowering puts in place of linears and matmuls.
+
+Each op quantizes on the host exactly as the source of the graph would (TorchAO, PT2E, or the
+backend's own dynamic int8 for float models), runs the integer GEMM on the simulated device
+(:func:`asic_backend.device.run_mm_i32` / :func:`~asic_backend.device.run_linear_requant`, which
+also record its cost), and rescales on the host. They are ``torch.library.custom_op`` s with
+shape-only fakes, so tracing never reads data; run-time scales are tensors, so new values never
+recompile. The ``device`` argument is a device key (:func:`asic_backend.device.get_device`).
+
+>>> import torch
+>>> import asic_backend.quant_ops
+>>> from asic_backend.device import get_device
+>>> key = get_device("default").key
+>>> y = torch.ops.asic.dyn_linear(torch.randn(4, 64), torch.randn(32, 64), None, False, True, key)
+>>> y.shape
+torch.Size([4, 32])
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, MutableMapping
+from typing import Any, TypeVar, cast
+
+import torch
+from torch import Tensor
+from torch.utils.weak import WeakIdKeyDictionary
+
+from asic_backend import numerics
+from asic_backend.device import HostFallback, get_device, run_linear_requant, run_mm_i32
+from asic_backend.numerics import INT8_MAX, INT8_MIN
+
+#: uint8 activations (PT2E x86) enter the int8 array shifted by this; exact, both ways.
+UINT8_SHIFT = 128
+#: The eps TorchAO's ``Int8Tensor`` clamps scales with, for every input dtype; the backend's own
+#: dynamic quantization of float models uses it too.
+F32_EPS = float(torch.finfo(torch.float32).eps)
+#: Input dtypes the dynamic quantizers take (float64 is refused: it would silently lose precision).
+FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+_T = TypeVar("_T")
+
+# Typed handles on two untyped torch helpers (mypy --strict).
+_torch_check: Callable[[Any, Callable[[], str]], None] = torch._check
+_broadcast_shapes: Callable[..., torch.Size] = torch.broadcast_shapes
+
+
+# -- host-side quantization (bit-exact replicas of the sources' formulas) ----------------------
+
+
+def choose_qparams_rows(
+    x: Tensor,
+    *,
+    symmetric: bool,
+    qmin: int = INT8_MIN,
+    qmax: int = INT8_MAX,
+    eps: float = F32_EPS,
+    scale_dtype: torch.dtype | None = torch.float32,
+    per_tensor: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """Per-row (or per-tensor) int8 scale and zero point of a 2-D ``x``, as TorchAO computes them.
+
+    The operation order is ``torchao.quantization.quant_primitives._choose_qparams_affine``'s:
+    min/max in ``x``'s dtype, symmetric ``amax / ((qmax - qmin) / 2)`` (/127.5 for int8),
+    asymmetric ``(max⁺ - min⁻) / (qmax - qmin)`` with ``zp = qmin - round(min⁻ / scale)``, the
+    ``eps`` clamp, then the cast to ``scale_dtype`` (``None``: keep ``x.dtype``). Returns
+    ``scale [M, 1]`` and an int32 ``zp [M, 1]`` (``[1, 1]`` when ``per_tensor``).
+    """
+    if per_tensor:
+        lo, hi = x.amin().reshape(1, 1), x.amax().reshape(1, 1)
+    else:
+        lo, hi = x.amin(dim=-1, keepdim=True), x.amax(dim=-1, keepdim=True)
+    min_neg = torch.minimum(lo, torch.zeros_like(lo))
+    max_pos = torch.maximum(hi, torch.zeros_like(hi))
+    if symmetric:
+        scale = torch.maximum(-min_neg, max_pos) / (float(qmax - qmin) / 2)
+        scale = torch.clamp(scale, min=eps)
+        zp = torch.full_like(scale, int((qmax + qmin + 1) / 2), dtype=torch.int32)
+    else:
+        scale = torch.clamp((max_pos - min_neg) / float(qmax - qmin), min=eps)
+        zp = torch.clamp(qmin - torch.round(min_neg / scale), qmin, qmax).to(torch.int32)
+    return scale.to(scale_dtype or x.dtype), zp
+
+
+def quantize_rows(x: Tensor, scale: Tensor, zp: Tensor, qmin: int, qmax: int) -> Tensor:
+    """``clamp(round(x · (1/scale)) + zp)`` as int8: TorchAO's and PT2E's formula (a reciprocal
+    multiply, ``torch.round`` is half to even)."""
+    return torch.clamp(torch.round(x * (1.0 / scale)) + zp, qmin, qmax).to(torch.int8)
+
+
+def _quantize_sym_rows(x: Tensor) -> tuple[Tensor, Tensor]:
+    """The backend's own dynamic int8: symmetric per row, TorchAO's formula. ``(q, scale f32)``."""
+    scale, zp = choose_qparams_rows(x, symmetric=True)
+    return quantize_rows(x, scale, zp, INT8_MIN, INT8_MAX), scale
+
+
+def _stamp(t: Tensor | None) -> tuple[Any, ...] | None:
+    """What identifies ``t``'s current contents, or None when that cannot be known."""
+    if t is None:
+        return ()
+    if t.is_inference():
+        # No version counter: an in-place write would go unnoticed.
+        return None
+    return (t.data_ptr(), t._version, tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
+class _TensorCache:
+    """Values derived from a long-lived tensor (a weight), keyed by that tensor itself.
+
+    An entry lives as long as its key tensor (weak keys) and is remade when the stamp changes: an
+    in-place write bumps ``_version``, a swap changes ``data_ptr``. Without a stamp (inference
+    tensors) the value is recomputed on every call rather than risk serving stale numbers.
+    """
+
+    def __init__(self) -> None:
+        self._entries = cast(
+            "MutableMapping[Tensor, tuple[tuple[Any, ...], Any]]", WeakIdKeyDictionary()
+        )
+        self._lock = threading.Lock()
+
+    def get(self, key: Tensor, stamp: tuple[Any, ...] | None, make: Callable[[], _T]) -> _T:
+        if stamp is None:
+            return make()
+        with self._lock:
+            hit = self._entries.get(key)
+        if hit is not None and hit[0] == stamp:
+            value: _T = hit[1]
+            return value
+        value = make()
+        with self._lock:
+            self._entries[key] = (stamp, value)
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+def _quantize_weight(w: Tensor, transposed: bool) -> tuple[Tensor, Tensor]:
+    w_nk = w.detach().t() if transposed else w.detach()
+    q, scale = _quantize_sym_rows(w_nk)
+    return q.contiguous(), scale.reshape(-1)
+
+
+def _cached_weight(w: Tensor, transposed: bool) -> tuple[Tensor, Tensor]:
+    stamp = _stamp(w)
+    return _weight_cache.get(
+        w, None if stamp is None else (*stamp, transposed), lambda: _quantize_weight(w, transposed)
+    )
+
+
+#: Quantized float weights (``asic::dyn_linear``).
+_weight_cache = _TensorCache()
+#: PT2E per-layer DUT parameters: checked weight zero point, requant multipliers, int32 bias.
+_qparams_cache = _TensorCache()
+
+
+def clear_caches() -> None:
+    """Forget every cached quantized weight and requantization parameter."""
+    _weight_cache.clear()
+    _qparams_cache.clear()
+
+
+def _out_shape(x: Tensor, n: int | torch.SymInt) -> list[int | torch.SymInt]:
+    return [*x.shape[:-1], n]
+
+
+def _check_k(op: str, k_x: int | torch.SymInt, k_w: int | torch.SymInt) -> None:
+    _torch_check(
+        k_x == k_w,
+        lambda: f"asic::{op}: the input's last dim ({k_x}) != the weight's in_features ({k_w})",
+    )
+
+
+# -- asic::dyn_qlinear: TorchAO converted weights ----------------------------------------------
+
+
+@torch.library.custom_op("asic::dyn_qlinear", mutates_args=())
+def dyn_qlinear(
+    x: Tensor,
+    w_q: Tensor,
+    w_scale: Tensor,
+    bias: Tensor | None,
+    act_pre_scale: Tensor | None,
+    act_symmetric: bool,
+    act_per_token: bool,
+    act_qmin: int,
+    act_qmax: int,
+    act_eps: float,
+    act_scale_f32: bool,
+    device: str,
+) -> Tensor:
+    """A TorchAO dynamic-activation int8 linear on the DUT.
+
+    ``w_q [N, K]`` int8 and ``w_scale`` (``[N, 1]`` or one element) are the converted weight's
+    ``qdata`` / ``scale``; its zero point is ignored, as TorchAO's own int8 path does. The
+    activation is quantized as TorchAO does (``act_*`` come from the weight's
+    ``act_quant_kwargs`` / ``activation_quantization``; ``act_scale_f32`` False keeps the scale in
+    ``x.dtype``, as ``IntxUnpackedToInt8Tensor`` does); the activation zero point is folded on the
+    DUT; the int32 result is scaled in ``Int8Tensor``'s order: ``((acc·s_x) → x.dtype)·s_w + b``.
+    """
+    out_dtype = x.dtype
+    if act_pre_scale is not None:
+        x = x * act_pre_scale
+    k = x.shape[-1]
+    x2 = x.reshape(-1, k)
+    n = w_q.shape[0]
+    if x2.shape[0] == 0:
+        return x.new_zeros(_out_shape(x, n), dtype=out_dtype)
+    scale, zp = choose_qparams_rows(
+        x2,
+        symmetric=act_symmetric,
+        qmin=act_qmin,
+        qmax=act_qmax,
+        eps=act_eps,
+        scale_dtype=torch.float32 if act_scale_f32 else None,
+        per_tensor=not act_per_token,
+    )
+    xq = quantize_rows(x2, scale, zp, act_qmin, act_qmax)
+    acc = run_mm_i32(xq, w_q, a_zp=0 if act_symmetric else zp, device=get_device(device))
+    work = torch.float32 if scale.dtype == torch.float16 else scale.dtype
+    y = (acc.to(work) * scale.to(work)).to(out_dtype) * w_scale.flatten()
+    if bias is not None:
+        y = y + bias
+    return y.to(out_dtype).reshape(_out_shape(x, n)).contiguous()
+
+
+@dyn_qlinear.register_fake
+def _(
+    x: Tensor,
+    w_q: Tensor,
+    w_scale: Tensor,
+    bias: Tensor | None,
+    act_pre_scale: Tensor | None,
+    act_symmetric: bool,
+    act_per_token: bool,
+    act_qmin: int,
+    act_qmax: int,
+    act_eps: float,
+    act_scale_f32: bool,
+    device: str,
+) -> Tensor:
+    _check_k("dyn_qlinear", x.shape[-1], w_q.shape[-1])
+    return x.new_empty(_out_shape(x, w_q.shape[0]))
+
+
+# -- asic::dyn_linear: float linears, dynamic int8 ---------------------------------------------
+
+
+@torch.library.custom_op("asic::dyn_linear", mutates_args=())
+def dyn_linear(
+    x: Tensor,
+    w: Tensor,
+    bias: Tensor | None,
+    w_transposed: bool,
+    cache_weight: bool,
+    device: str,
+) -> Tensor:
+    """A float linear ``x @ Wᵀ + b`` run as dynamic int8 on the DUT.
+
+    Weights are quantized symmetric per output channel (and cached while unchanged when
+    ``cache_weight``), activations symmetric per token, both with TorchAO's formula; the int32
+    result is scaled on the host. ``w_transposed``: ``w`` is ``[K, N]`` (``x @ w``, GPT-2's
+    ``Conv1D``) instead of ``[N, K]``.
+    """
+    k = x.shape[-1]
+    x2 = x.reshape(-1, k)
+    if cache_weight:
+        w_q, w_scale = _cached_weight(w, w_transposed)
+    else:
+        w_q, w_scale = _quantize_weight(w, w_transposed)
+    n = w_q.shape[0]
+    if x2.shape[0] == 0:
+        return x.new_zeros(_out_shape(x, n))
+    xq, x_scale = _quantize_sym_rows(x2)
+    acc = run_mm_i32(xq, w_q, device=get_device(device))
+    y = numerics.dequantize_acc(acc, x_scale, w_scale, bias)
+    return y.to(x.dtype).reshape(_out_shape(x, n)).contiguous()
+
+
+@dyn_linear.register_fake
+def _(
+    x: Tensor,
+    w: Tensor,
+    bias: Tensor | None,
+    w_transposed: bool,
+    cache_weight: bool,
+    device: str,
+) -> Tensor:
+    k_w, n = (w.shape[0], w.shape[1]) if w_transposed else (w.shape[1], w.shape[0])
+    _check_k("dyn_linear", x.shape[-1], k_w)
+    return x.new_empty(_out_shape(x, n))
+
+
+# -- asic::dyn_matmul: activation x activation -------------------------------------------------
+
+
+@torch.library.custom_op("asic::dyn_matmul", mutates_args=())
+def dyn_matmul(a: Tensor, b: Tensor, device: str) -> Tensor:
+    """``a @ b`` of two activations (``[..., M, K] @ [..., K, N]``, batch dims broadcast), both
+    quantized dynamically: ``a`` symmetric per row, ``b`` symmetric per column; one DUT GEMM per
+    batch element."""
+    batch = _broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    a3 = a.expand(*batch, m, k).reshape(-1, m, k)
+    bt3 = b.expand(*batch, k, n).reshape(-1, k, n).transpose(1, 2)
+    if a3.numel() == 0 or bt3.numel() == 0:
+        return a.new_zeros((*batch, m, n))
+    aq, a_scale = _quantize_sym_rows(a3.reshape(-1, k))
+    bq, b_scale = _quantize_sym_rows(bt3.reshape(-1, k))
+    aq, bq = aq.reshape(-1, m, k), bq.reshape(-1, n, k)
+    dev = get_device(device)
+    acc = torch.stack([run_mm_i32(aq[i], bq[i], device=dev) for i in range(aq.shape[0])])
+    y = acc.to(torch.float32) * a_scale.reshape(-1, m, 1) * b_scale.reshape(-1, 1, n)
+    return y.to(a.dtype).reshape(*batch, m, n).contiguous()
+
+
+@dyn_matmul.register_fake
+def _(a: Tensor, b: Tensor, device: str) -> Tensor:
+    _check_k("dyn_matmul", a.shape[-1], b.shape[-2])
+    batch = _broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return a.new_empty((*batch, a.shape[-2], b.shape[-1]))
+
+
+# -- asic::qlinear: PT2E (quantized_decomposed) linears ----------------------------------------
+
+
+@torch.library.custom_op("asic::qlinear", mutates_args=())
+def qlinear(
+    x_q: Tensor,
+    x_scale: Tensor,
+    x_zp: Tensor,
+    w_q: Tensor,
+    w_scale: Tensor,
+    w_zp: Tensor,
+    bias: Tensor | None,
+    y_scale: float,
+    y_zp: int,
+    y_qmin: int,
+    y_qmax: int,
+    out_dtype: torch.dtype,
+    device: str,
+) -> Tensor:
+    """A PT2E ``dequantize_per_tensor → linear(·, dequantize_per_channel(W), b)`` on the DUT.
+
+    ``x_q`` is int8 or uint8 (shifted to int8 exactly), with a one-element ``x_scale``/``x_zp``
+    (static ones are constants, dynamic ones come from ``choose_qparams``); ``w_q [N, K]`` int8
+    with ``w_scale``/``w_zp`` per channel or per tensor (the zero point must be 0).
+    ``out_dtype`` int8/uint8: the following ``quantize_per_tensor(y_scale, y_zp, y_qmin,
+    y_qmax)`` is fused (a folded ReLU raises ``y_qmin`` to ``y_zp``): the bias is quantized to
+    int32, and the DUT requantizes with a fixed-point multiplier per channel. Otherwise the
+    int32 result is scaled on the host into ``out_dtype``.
+    """
+    dev = get_device(device)
+    k = x_q.shape[-1]
+    n = w_q.shape[0]
+    x2 = x_q.reshape(-1, k)
+    a_zp = int(x_zp.reshape(-1)[0])
+    if x2.dtype == torch.uint8:
+        x2 = (x2.to(torch.int16) - UINT8_SHIFT).to(torch.int8)
+        a_zp -= UINT8_SHIFT
+    s_x = float(x_scale.reshape(-1)[0])
+    requant = out_dtype in (torch.int8, torch.uint8)
+    params = _qlinear_params(w_scale, w_zp, bias, s_x, y_scale if requant else None)
+    if x2.shape[0] == 0:
+        return x_q.new_zeros(_out_shape(x_q, n), dtype=out_dtype)
+    if requant:
+        offset = UINT8_SHIFT if out_dtype == torch.uint8 else 0
+        assert params.multiplier is not None
+        assert params.shift is not None
+        y = run_linear_requant(
+            x2,
+            w_q,
+            a_zp=a_zp,
+            bias_i32=params.bias_i32,
+            multiplier=params.multiplier,
+            shift=params.shift,
+            out_zp=y_zp - offset,
+            qmin=y_qmin - offset,
+            qmax=y_qmax - offset,
+            device=dev,
+        )
+        if offset:
+            y = (y.to(torch.int16) + offset).to(out_dtype)
+    else:
+        acc = run_mm_i32(x2, w_q, a_zp=a_zp, device=dev)
+        y = numerics.dequantize_acc(acc, s_x, params.w_scale, bias).to(out_dtype)
+    return y.reshape(_out_shape(x_q, n)).contiguous()
+
+
+class _QParams:
+    """A PT2E layer's DUT parameters, derived once per (weights, static scales)."""
+
+    __slots__ = ("bias_i32", "multiplier", "shift", "w_scale")
+
+    def __init__(
+        self, w_scale: Tensor, w_zp: Tensor, bias: Tensor | None, s_x: float, y_scale: float | None
+    ) -> None:
+        numerics.check_weight_zp(w_zp)
+        self.w_scale = w_scale.detach().to(torch.float32).reshape(-1)
+        self.bias_i32: Tensor | None = None
+        self.multiplier: Tensor | None = None
+        self.shift: Tensor | None = None
+        if y_scale is not None:
+            s_w = w_scale.detach().to(torch.float64).reshape(-1)
+            if bias is not None:
+                self.bias_i32 = numerics.quantize_bias(bias.detach(), s_x * s_w)
+            self.multiplier, self.shift = numerics.quantize_multiplier(s_x * s_w / y_scale)
+
+
+def _qlinear_params(
+    w_scale: Tensor, w_zp: Tensor, bias: Tensor | None, s_x: float, y_scale: float | None
+) -> _QParams:
+    stamps = (_stamp(w_scale), _stamp(w_zp), _stamp(bias))
+    stamp = None if None in stamps else (*stamps, s_x, y_scale)
+    return _qparams_cache.get(w_scale, stamp, lambda: _QParams(w_scale, w_zp, bias, s_x, y_scale))
+
+
+@qlinear.register_fake
+def _(
+    x_q: Tensor,
+    x_scale: Tensor,
+    x_zp: Tensor,
+    w_q: Tensor,
+    w_scale: Tensor,
+    w_zp: Tensor,
+    bias: Tensor | None,
+    y_scale: float,
+    y_zp: int,
+    y_qmin: int,
+    y_qmax: int,
+    out_dtype: torch.dtype,
+    device: str,
+) -> Tensor:
+    _check_k("qlinear", x_q.shape[-1], w_q.shape[-1])
+    return x_q.new_empty(_out_shape(x_q, w_q.shape[0]), dtype=out_dtype)
+
+
+# -- asic::host_fallback: an op the DUT cannot take, counted at run time -----------------------
+
+
+@functools.lru_cache(maxsize=1024)
+def _site(
+    op: str, reason: str, file: str | None, line: int | None, source: str | None
+) -> HostFallback:
+    return HostFallback(op=op, reason=reason, file=file, line=line, source=source)
+
+
+@torch.library.custom_op("asic::host_fallback", mutates_args=())
+def host_fallback(
+    x: Tensor,
+    device: str,
+    op: str,
+    reason: str,
+    file: str | None,
+    line: int | None,
+    source: str | None,
+) -> Tensor:
+    """Count one host fallback of ``op`` (at ``file:line``, for ``reason``) and pass ``x`` on.
+
+    The lowering threads the input of an op the DUT cannot take through this, so the count
+    happens on every run (not once at compile time), and cannot be dropped as dead code: the op
+    itself then runs on the host, unchanged. The site is in the arguments, so a cached graph
+    needs no side table.
+    """
+    get_device(device).record_host_fallback(_site(op, reason, file, line, source))
+    return x.clone(memory_format=torch.contiguous_format)
+
+
+@host_fallback.register_fake
+def _(
+    x: Tensor,
+    device: str,
+    op: str,
+    reason: str,
+    file: str | None,
+    line: int | None,
+    source: str | None,
+) -> Tensor:
+    return torch.empty_like(x, memory_format=torch.contiguous_format)

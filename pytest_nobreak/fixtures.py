@@ -1,0 +1,68 @@
+"""The plugin's fixtures. Each imports torch lazily, on first use."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_nobreak.config import ASIC_BACKEND, NobreakConfig
+from pytest_nobreak.monitor import CompileReport
+
+if TYPE_CHECKING:
+    from asic_backend.device import Device
+
+CONFIG_KEY = pytest.StashKey[NobreakConfig]()
+
+
+def _settings(request: pytest.FixtureRequest) -> NobreakConfig:
+    return request.config.stash[CONFIG_KEY]
+
+
+def session_backend(settings: NobreakConfig) -> Any:
+    """The backend object ``nobreak_compile`` hands to ``torch.compile``."""
+    if settings.fixture_backend == ASIC_BACKEND:
+        from asic_backend import make_backend
+
+        return make_backend(config=settings.asic_device)
+    return settings.fixture_backend
+
+
+@pytest.fixture
+def nobreak_report(request: pytest.FixtureRequest) -> CompileReport:
+    """The live compile report of this test: graphs, breaks, eager frames, recompiles, ASIC
+    counters. Requesting it watches the test even when it is not marked."""
+    from pytest_nobreak.session import MONITOR_KEY
+
+    report: CompileReport = request.node.stash[MONITOR_KEY].report
+    return report
+
+
+@pytest.fixture
+def nobreak_compile(request: pytest.FixtureRequest) -> Callable[..., Any]:
+    """``nobreak_compile(model_or_fn, **torch_compile_kwargs)``: ``torch.compile`` with the
+    session's backend (``--nobreak-backend``, ``inductor`` by default, the ASIC simulator under
+    ``--asic-backend``).
+
+    >>> def test_mlp(nobreak_compile):
+    ...     out = nobreak_compile(MLP())(torch.randn(4, 8))
+    """
+    settings = _settings(request)
+
+    def compile(model_or_fn: Any, **kwargs: Any) -> Any:
+        import torch
+
+        kwargs.setdefault("backend", session_backend(settings))
+        return torch.compile(model_or_fn, **kwargs)
+
+    return compile
+
+
+@pytest.fixture
+def asic(request: pytest.FixtureRequest) -> Device:
+    """This test's simulated ASIC: ``.config`` and ``.snapshot()`` counters (DUT ops, host
+    fallbacks, MACs, cycles, bytes, utilization), reset at the start of the test."""
+    from asic_backend.device import get_device
+
+    return get_device(_settings(request).asic_device)

@@ -1,0 +1,284 @@
+"""GitHub Actions output: workflow-command annotations and the job's step summary.
+
+Annotations point at the *model's* line (where Dynamo broke), not at the test, because that is
+the line a reviewer has to change. Everything here is pure except :func:`emit`, which writes what
+the pure functions produce, and is only called on the xdist controller so nothing is doubled.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Literal, TextIO
+
+from pytest_nobreak.baseline import UPDATE_OPTION, Change, Comparison
+from pytest_nobreak.events import BreakEvent
+from pytest_nobreak.json_report import TestRecord
+
+__all__ = ["emit", "step_summary_markdown", "workflow_commands"]
+
+Level = Literal["error", "warning"]
+
+#: Rows in the step summary before only the tests with something to report are listed.
+MAX_ROWS = 200
+# How many test ids one annotation names before it says "and N more".
+_MAX_TESTS_NAMED = 5
+
+
+def workflow_commands(
+    records: Iterable[TestRecord],
+    workspace: str | None,
+    comparison: Comparison | None = None,
+    *,
+    rootdir: str | None = None,
+) -> list[str]:
+    """Workflow commands (``::error ...::msg``) for the breaks and the baseline drift.
+
+    One annotation per distinct break, at its file and line, naming the tests it occurred in:
+    ``error`` when it failed a marked test, ``warning`` when it was only observed. Baseline
+    regressions and missing entries are ``error`` when they fail the run and ``warning`` when
+    they do not. Paths are made relative to ``workspace`` (``GITHUB_WORKSPACE``) so GitHub can
+    attach them to the diff; test files are taken relative to ``rootdir`` when it is given.
+    """
+    lines = _break_annotations(records, workspace)
+    if comparison is not None:
+        lines += _baseline_annotations(comparison, workspace, rootdir)
+    return lines
+
+
+def step_summary_markdown(records: Sequence[TestRecord], comparison: Comparison | None) -> str:
+    """A markdown section with one row per test, for ``$GITHUB_STEP_SUMMARY``.
+
+    Figures that moved against the baseline show ``before → after``, in bold when they regressed.
+    Beyond :data:`MAX_ROWS` tests, only those with breaks, a non-passing outcome or a baseline
+    change are listed.
+    """
+    changes = comparison.by_test() if comparison is not None else {}
+    rows = sorted(records, key=lambda record: record.nodeid)
+    statuses = _statuses(rows, comparison)
+    shown = rows
+    if len(rows) > MAX_ROWS:
+        shown = [r for r in rows if statuses[r.nodeid] != "passed" or r.breaks][:MAX_ROWS]
+
+    broken = sum(1 for r in rows if r.breaks)
+    out = ["### pytest-nobreak", ""]
+    out.append(f"{len(rows)} watched tests, {broken} with graph breaks or eager fallbacks.")
+    if comparison is not None:
+        out[-1] += (
+            f" Baseline: {len(comparison.regressions)} regressed figures,"
+            f" {len(comparison.improvements)} improved, {len(comparison.missing)} tests missing."
+        )
+        if comparison.version_mismatch is not None:
+            out.append("")
+            out.append(
+                f"> Baseline recorded with {comparison.version_mismatch}: regressions are "
+                "warnings, not failures."
+            )
+    out += [
+        "",
+        "| test | graphs | breaks | eager | recompiles | dut_ops | cycles | status |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for record in shown:
+        moved = {change.figure: change for change in changes.get(record.nodeid, ())}
+        figures = record.figures.as_dict()
+        cells = [f"`{_cell(record.nodeid)}`"]
+        for name in ("graphs", "graph_breaks", "eager_frames", "recompiles", "dut_ops", "cycles"):
+            cells.append(_figure_cell(figures.get(name), moved.get(name)))
+        cells.append(statuses[record.nodeid])
+        out.append("| " + " | ".join(cells) + " |")
+    if len(shown) < len(rows):
+        out.append("")
+        out.append(
+            f"{len(rows) - len(shown)} more tests not listed; the JSON report has every test."
+        )
+    return "\n".join(out) + "\n"
+
+
+def emit(
+    records: Sequence[TestRecord],
+    comparison: Comparison | None,
+    env: Mapping[str, str],
+    *,
+    stream: TextIO,
+    rootdir: str | None = None,
+) -> list[str]:
+    """Write the annotations to ``stream`` when ``GITHUB_ACTIONS`` is ``"true"``, and append the
+    summary to the file named by ``GITHUB_STEP_SUMMARY`` when it is set.
+
+    ``env`` is passed in (normally ``os.environ``) so this stays testable. Returns one line per
+    problem (the summary file could not be written) for the caller to warn about: reporting must
+    never crash the run.
+    """
+    problems: list[str] = []
+    if env.get("GITHUB_ACTIONS") == "true":
+        for line in workflow_commands(
+            records, env.get("GITHUB_WORKSPACE"), comparison, rootdir=rootdir
+        ):
+            stream.write(line + "\n")
+        stream.flush()
+    summary_path = env.get("GITHUB_STEP_SUMMARY")
+    if summary_path:
+        try:
+            with open(summary_path, "a", encoding="utf-8") as summary:
+                summary.write(step_summary_markdown(records, comparison) + "\n")
+        except OSError as exc:
+            problems.append(f"could not append to GITHUB_STEP_SUMMARY {summary_path}: {exc}")
+    return problems
+
+
+def _break_annotations(records: Iterable[TestRecord], workspace: str | None) -> list[str]:
+    # A model shared by many tests breaks at the same line in each; GitHub shows only a few
+    # annotations per step, so one per distinct break, listing the tests, keeps them all visible.
+    found: dict[tuple[str, int, str, str, str, str], tuple[BreakEvent, Level, list[str]]] = {}
+    for record in records:
+        level: Level = "error" if record.marked and record.outcome == "failed" else "warning"
+        for event in record.breaks:
+            key = (
+                event.file or "",
+                event.line or 0,
+                event.kind,
+                event.gb_id or "",
+                event.gb_type,
+                event.reason,
+            )
+            _, old_level, tests = found.get(key, (event, level, []))
+            if record.nodeid not in tests:
+                tests.append(record.nodeid)
+            found[key] = (event, "error" if "error" in (old_level, level) else "warning", tests)
+    lines = []
+    for _, (event, level, tests) in sorted(found.items(), key=lambda item: item[0]):
+        title = event.kind.replace("_", " ")
+        if event.gb_id:
+            title += f" {event.gb_id}"
+        if event.gb_type:
+            title += f": {event.gb_type}"
+        message = f"{event.reason or event.gb_type}\n{_tests_phrase(tests)}"
+        path = _relative(event.file, workspace) if event.file else None
+        lines.append(_command(level, message, file=path, line=event.line, title=title))
+    return lines
+
+
+def _baseline_annotations(
+    comparison: Comparison, workspace: str | None, rootdir: str | None
+) -> list[str]:
+    lines = []
+    if comparison.version_mismatch is not None:
+        lines.append(
+            _command(
+                "warning",
+                f"The baseline was recorded with {comparison.version_mismatch}; regressions "
+                f"are warnings until it is re-recorded with pytest {UPDATE_OPTION}.",
+                title="nobreak baseline version",
+            )
+        )
+    level: Level = "error" if comparison.version_mismatch is None else "warning"
+    regressed: dict[str, list[Change]] = {}
+    for change in comparison.regressions:
+        regressed.setdefault(change.nodeid, []).append(change)
+    for nodeid, changes in regressed.items():
+        moved = ", ".join(change.describe() for change in changes)
+        lines.append(
+            _command(
+                level,
+                f"{nodeid}: {moved}",
+                file=_test_file(nodeid, workspace, rootdir),
+                title="nobreak regression",
+            )
+        )
+    for nodeid in comparison.missing:
+        lines.append(
+            _command(
+                "error" if comparison.strict else "warning",
+                f"{nodeid} has no baseline entry; record it with pytest {UPDATE_OPTION}",
+                file=_test_file(nodeid, workspace, rootdir),
+                title="not in the nobreak baseline",
+            )
+        )
+    return lines
+
+
+def _command(
+    level: Level, message: str, *, file: str | None = None, line: int | None = None, title: str
+) -> str:
+    properties = []
+    if file:
+        properties.append(f"file={_escape_property(file)}")
+        if line is not None:
+            properties.append(f"line={line}")
+    properties.append(f"title={_escape_property(title)}")
+    return f"::{level} {','.join(properties)}::{_escape_data(message)}"
+
+
+def _escape_data(text: str) -> str:
+    # GitHub's workflow-command escaping; "%" first so the escapes themselves are not escaped.
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    # Property values are also delimited by "," and "::", so those are escaped too.
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def _relative(path: str, workspace: str | None) -> str:
+    # Paths outside the workspace (site-packages) are left absolute: GitHub cannot attach them
+    # to the diff anyway, and "../../.." would only hide where they are.
+    if not workspace or not os.path.isabs(path):
+        return path.replace(os.sep, "/")
+    try:
+        relative = os.path.relpath(path, workspace)
+    except ValueError:  # another drive on Windows
+        return path
+    if relative == ".." or relative.startswith(".." + os.sep):
+        return path
+    return relative.replace(os.sep, "/")
+
+
+def _test_file(nodeid: str, workspace: str | None, rootdir: str | None) -> str:
+    path = nodeid.split("::", 1)[0]
+    if rootdir is not None:
+        path = os.path.join(rootdir, path)
+    return _relative(path, workspace)
+
+
+def _tests_phrase(tests: list[str]) -> str:
+    if len(tests) == 1:
+        return f"in {tests[0]}"
+    named = ", ".join(tests[:_MAX_TESTS_NAMED])
+    more = len(tests) - _MAX_TESTS_NAMED
+    return f"in {len(tests)} tests: {named}" + (f" and {more} more" if more > 0 else "")
+
+
+def _statuses(records: Sequence[TestRecord], comparison: Comparison | None) -> dict[str, str]:
+    regressed = improved = missing = frozenset[str]()
+    if comparison is not None:
+        regressed = frozenset(change.nodeid for change in comparison.regressions)
+        improved = frozenset(change.nodeid for change in comparison.improvements)
+        missing = frozenset(comparison.missing)
+    warning_only = comparison is not None and comparison.version_mismatch is not None
+    statuses = {}
+    for record in records:
+        words = [] if record.outcome == "passed" else [record.outcome]
+        if record.nodeid in regressed:
+            words.append("regressed (warning)" if warning_only else "regressed")
+        elif record.nodeid in improved:
+            words.append("improved")
+        if record.nodeid in missing:
+            words.append("not in baseline")
+        statuses[record.nodeid] = ", ".join(words) or "passed"
+    return statuses
+
+
+def _figure_cell(value: int | None, change: Change | None) -> str:
+    if change is None:
+        return _dash(value)
+    text = f"{_dash(change.before)} → {_dash(change.after)}"
+    return f"**{text}**" if change.is_regression else text
+
+
+def _dash(value: int | None) -> str:
+    return "–" if value is None else str(value)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")

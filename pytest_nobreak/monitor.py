@@ -1,0 +1,415 @@
+"""Watch torch.compile regions: the pytest-free core the plugin's hooks delegate to.
+
+>>> import torch, pytest_nobreak
+>>> with pytest_nobreak.watch() as report:
+...     torch.compile(model, backend="eager")(x)
+>>> report.graph_breaks, report.eager_frames
+(0, 0)
+>>> report.check()            # raises GraphBreakError listing every break, if any
+
+Every compile region that runs inside the block is watched, whatever its backend. The report
+is live: its figures can be read while the block runs, and are final once it exits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from pytest_nobreak.events import BreakEvent, BreakKind, Figures
+from pytest_nobreak.render import render_failure
+
+if TYPE_CHECKING:
+    from asic_backend.device import CounterSnapshot, HostFallback
+    from pytest_nobreak import _torch_compat as tc
+
+
+class GraphBreakError(AssertionError):
+    """A watched region graph-broke or fell back to eager; the message lists every break."""
+
+    def __init__(self, message: str, breaks: Sequence[BreakEvent]) -> None:
+        super().__init__(message)
+        self.breaks = tuple(breaks)
+
+
+# Dynamo's wording for a break that made it give up on the whole frame.
+_FRAME_SKIP_REASONS = (
+    "Failed to handle graph break gracefully",
+    "Encountered graph break that we cannot resume",
+)
+_BACKEND_GB_TYPE = "Backend compiler exception"
+_LIMIT_GB_TYPE = "Dynamo recompile limit exceeded"
+
+
+@dataclasses.dataclass
+class CompileReport:
+    """Everything the compile regions of one watched block did.
+
+    Attributes are live while the block runs. ``breaks`` holds every problem, deduplicated in
+    order of first appearance; ``counts`` how often each was seen.
+    """
+
+    events: list[BreakEvent] = dataclasses.field(default_factory=list)
+    counts: dict[tuple[object, ...], int] = dataclasses.field(default_factory=dict)
+    recompile_reasons: list[str] = dataclasses.field(default_factory=list)
+    recompile_site: tuple[str | None, int | None] | None = None
+    asic_before: CounterSnapshot | None = None
+    asic_after: CounterSnapshot | None = None
+    _finished: bool = False
+    _final: tc.CounterView | None = None
+
+    # ----------------------------------------------------------------- figures
+
+    def _counters(self) -> tc.CounterView:
+        if self._final is not None:
+            return self._final
+        from pytest_nobreak import _torch_compat
+
+        return _torch_compat.read_counters()
+
+    @property
+    def graphs(self) -> int:
+        return self._counters().graphs
+
+    @property
+    def eager_frames(self) -> int:
+        return self._counters().eager_frames
+
+    @property
+    def graph_breaks(self) -> int:
+        """Breaks that split a graph (the events, not ``counters["graph_break"]``, which misses
+        data-dependent jumps)."""
+        return sum(self.counts[e.dedupe_key()] for e in self.events if e.kind == "graph_break")
+
+    @property
+    def recompiles(self) -> int:
+        return len(self.recompile_reasons)
+
+    @property
+    def breaks(self) -> tuple[BreakEvent, ...]:
+        return tuple(self.events)
+
+    @property
+    def asic(self) -> CounterSnapshot | None:
+        """This block's ASIC counters (DUT ops, host fallbacks, MACs, cycles), if any ran."""
+        after = self.asic_after if self._finished else _asic_snapshot()
+        if after is None:
+            return None
+        return after if self.asic_before is None else _minus(after, self.asic_before)
+
+    def figures(self) -> Figures:
+        asic = self.asic
+        ran_asic = asic is not None and (asic.dut_ops or asic.host_fallbacks)
+        return Figures(
+            graphs=self.graphs,
+            graph_breaks=self.graph_breaks,
+            eager_frames=self.eager_frames,
+            recompiles=self.recompiles,
+            dut_ops=asic.dut_ops if ran_asic and asic else None,
+            host_fallbacks=asic.host_fallbacks if ran_asic and asic else None,
+            macs=asic.macs if ran_asic and asic else None,
+            cycles=asic.cycles if ran_asic and asic else None,
+        )
+
+    # ----------------------------------------------------------------- verdict
+
+    def problems(
+        self,
+        *,
+        allow: Sequence[str | re.Pattern[str]] = (),
+        max_recompiles: int | None = None,
+        allow_host_fallback: bool = False,
+    ) -> list[BreakEvent]:
+        """The breaks that fail a check with these options, in order."""
+        patterns = [re.compile(p) if isinstance(p, str) else p for p in allow]
+        out = []
+        for event in self.events:
+            if event.kind == "host_fallback" and allow_host_fallback:
+                continue
+            if any(p.search(allow_text(event)) for p in patterns):
+                continue
+            out.append(event)
+        if max_recompiles is not None and self.recompiles > max_recompiles:
+            file, line = self.recompile_site or (None, None)
+            from pytest_nobreak._torch_compat import source_line
+
+            out.append(
+                BreakEvent(
+                    kind="recompile",
+                    gb_type=f"{self.recompiles} recompiles (max_recompiles={max_recompiles})",
+                    file=file,
+                    line=line,
+                    source=source_line(file, line),
+                    reason="; ".join(dict.fromkeys(self.recompile_reasons))[:400],
+                    hints=("Mark the varying dimension dynamic or pass dynamic=True.",),
+                )
+            )
+        return out
+
+    def check(
+        self,
+        *,
+        allow: Sequence[str | re.Pattern[str]] = (),
+        max_recompiles: int | None = None,
+        allow_host_fallback: bool = False,
+        title: str = "torch.compile did not run as whole graphs",
+    ) -> None:
+        """Raise ``GraphBreakError`` listing every break not allowed by the options."""
+        problems = self.problems(
+            allow=allow, max_recompiles=max_recompiles, allow_host_fallback=allow_host_fallback
+        )
+        if problems:
+            raise GraphBreakError(self.render(problems, title=title), problems)
+
+    def render(self, problems: Sequence[BreakEvent], *, title: str) -> str:
+        return render_failure(
+            title=title,
+            figures=self.figures(),
+            problems=problems,
+            counts=[self.counts.get(p.dedupe_key(), 1) for p in problems],
+        )
+
+    # ----------------------------------------------------------------- collection
+
+    def add(self, event: BreakEvent) -> None:
+        key = event.dedupe_key()
+        if key not in self.counts:
+            self.events.append(event)
+            self.counts[key] = 0
+        self.counts[key] += 1
+
+
+def allow_text(event: BreakEvent) -> str:
+    """What an ``allow=[regex]`` pattern is searched in: id, type, reason and location."""
+    return f"{event.gb_id or ''} {event.gb_type}: {event.reason} ({event.location})"
+
+
+class Monitor:
+    """Collects Dynamo's events into a ``CompileReport`` between ``start()`` and ``stop()``."""
+
+    def __init__(self, *, reset: bool = True) -> None:
+        self.report = CompileReport()
+        self._reset = reset
+        self._lock = threading.Lock()
+        self._cm: Any = None
+        self._limit_hits: list[tc.RawLimitHit] = []
+        self._skip_compile_ids: set[str | None] = set()
+
+    def start(self) -> CompileReport:
+        from pytest_nobreak import _torch_compat
+
+        _torch_compat.check_torch()
+        if self._reset:
+            _torch_compat.reset_dynamo()
+        _reset_asic()
+        self.report.asic_before = None if self._reset else _asic_snapshot()
+        self._cm = _torch_compat.tapped(self)
+        self._cm.__enter__()
+        cause = _torch_compat.silent_eager_now()
+        if cause is not None:
+            # Already set before the block: record it even if no region runs, since a
+            # compile that would run later in the same process is silently disabled too.
+            self._add_silent(cause, None, None, None)
+        return self.report
+
+    def stop(self) -> CompileReport:
+        if self._cm is None:
+            return self.report
+        from pytest_nobreak import _torch_compat
+
+        self._cm.__exit__(None, None, None)
+        self._cm = None
+        self._collect_metrics(_torch_compat)
+        self._collect_host_fallbacks()
+        report = self.report
+        report._final = _torch_compat.read_counters()
+        report.asic_after = _asic_snapshot()
+        report._finished = True
+        return report
+
+    # Events arrive from Dynamo (possibly from another thread); keep appends ordered.
+
+    def on_graph_break(self, raw: tc.RawGraphBreak) -> None:
+        from pytest_nobreak import _torch_compat as tc
+
+        parsed = tc.parse_graph_break_message(raw.msg)
+        frame_skip = raw.reason.startswith(_FRAME_SKIP_REASONS)
+        kind: BreakKind
+        if raw.gb_type == _BACKEND_GB_TYPE:
+            kind = "backend_error"
+        elif frame_skip or raw.gb_type == "Call to `torch._dynamo.skip_frame()`":
+            kind = "eager_fallback"
+        else:
+            kind = "graph_break"
+        if kind != "graph_break":
+            self._skip_compile_ids.add(raw.compile_id)
+        link = tc.gb_link(raw.gb_type)
+        gb_id = tc.gb_id_of_link(link) or parsed.gb_id
+        with self._lock:
+            self.report.add(
+                BreakEvent(
+                    kind=kind,
+                    gb_type=raw.gb_type,
+                    gb_id=gb_id,
+                    file=raw.file,
+                    line=raw.line,
+                    source=tc.source_line(raw.file, raw.line),
+                    reason=parsed.explanation or raw.gb_type,
+                    hints=parsed.hints,
+                    link=link,
+                )
+            )
+
+    def on_silent_eager(self, raw: tc.RawSilentEager) -> None:
+        self._add_silent(raw.cause, raw.function, raw.file, raw.line)
+
+    def on_limit_hit(self, raw: tc.RawLimitHit) -> None:
+        with self._lock:
+            self._limit_hits.append(raw)
+
+    def _add_silent(
+        self, cause: str, function: str | None, file: str | None, line: int | None
+    ) -> None:
+        from pytest_nobreak import _torch_compat as tc
+
+        what = f"`{function}`" if function else "compiled regions"
+        with self._lock:
+            self.report.add(
+                BreakEvent(
+                    kind="eager_fallback",
+                    gb_type="Silent eager",
+                    file=file,
+                    line=line,
+                    source=tc.source_line(file, line),
+                    reason=f"{what} ran eagerly: {cause}",
+                    hints=(
+                        "Remove the stance/disable switch from the code under test, or scope it "
+                        "outside the region this test checks.",
+                    ),
+                )
+            )
+
+    def _collect_metrics(self, tc: Any) -> None:
+        """Failed compiles the graph-break tap did not see: backend fallbacks raised while
+        compiling the final graph, the recompile limit, and recompile reasons."""
+        limit_hits = list(self._limit_hits)
+        for m in tc.compilation_metrics():
+            if m.recompile_reason:
+                first = m.recompile_reason.strip().splitlines()
+                self.report.recompile_reasons.append(first[-1].strip(" -") if first else "")
+                if self.report.recompile_site is None:
+                    self.report.recompile_site = (m.file, m.line)
+            if not m.fail_type or m.compile_id in self._skip_compile_ids:
+                continue
+            parsed = tc.parse_graph_break_message(m.fail_reason or "")
+            file, line = m.file, m.line
+            if parsed.gb_type == _LIMIT_GB_TYPE:
+                kind: BreakKind = "recompile_limit"
+                if limit_hits:
+                    hit = limit_hits.pop(0)
+                    file, line = hit.file or file, hit.line or line
+                    reason = (
+                        f"{hit.limit} ({hit.value}) hit; last recompile reason: "
+                        f"{hit.last_reason.strip()}"
+                    )
+                else:
+                    reason = parsed.explanation
+            elif parsed.gb_type == _BACKEND_GB_TYPE:
+                kind, reason = "backend_error", parsed.explanation
+            else:
+                kind = "eager_fallback"
+                # e.g. BackendCompilerFailed: "backend='x' raised:" then the inner exception.
+                text = [ln.strip() for ln in (m.fail_reason or m.fail_type).splitlines()]
+                reason = parsed.explanation or " ".join(ln for ln in text[:2] if ln)
+            gb_type = parsed.gb_type if m.fail_type == "Unsupported" else m.fail_type
+            link = tc.gb_link(gb_type)
+            self.report.add(
+                BreakEvent(
+                    kind=kind,
+                    gb_type=gb_type,
+                    gb_id=tc.gb_id_of_link(link) or parsed.gb_id,
+                    file=file,
+                    line=line,
+                    source=tc.source_line(file, line),
+                    reason=reason,
+                    hints=parsed.hints,
+                    link=link,
+                )
+            )
+
+    def _collect_host_fallbacks(self) -> None:
+        for site in _asic_host_fallbacks():
+            from pytest_nobreak import _torch_compat as tc
+
+            self.report.add(
+                BreakEvent(
+                    kind="host_fallback",
+                    gb_type=f"Host fallback: {site.op}",
+                    file=site.file,
+                    line=site.line,
+                    source=site.source or tc.source_line(site.file, site.line),
+                    reason=site.reason,
+                    hints=(
+                        "Make the layer int8-compatible for the DUT, or allow it with "
+                        "@pytest.mark.no_graph_break(allow_host_fallback=True).",
+                    ),
+                )
+            )
+
+
+@contextmanager
+def watch(*, reset: bool = True) -> Iterator[CompileReport]:
+    """Watch every torch.compile region that runs in the block.
+
+    ``reset=True`` (the default) starts from a clean Dynamo state, so cached code from earlier
+    compiles cannot hide a break. Call ``report.check()`` afterwards to raise on any break.
+    """
+    monitor = Monitor(reset=reset)
+    report = monitor.start()
+    try:
+        yield report
+    finally:
+        monitor.stop()
+
+
+# --------------------------------------------------------------------------- ASIC counters
+# The simulator is optional: these read its side registry only if asic_backend was imported.
+
+
+def _asic_device_module() -> Any:
+    import sys
+
+    if "asic_backend.device" not in sys.modules:
+        return None
+    return sys.modules["asic_backend.device"]
+
+
+def _asic_snapshot() -> CounterSnapshot | None:
+    device = _asic_device_module()
+    return device.total_snapshot() if device is not None else None
+
+
+def _reset_asic() -> None:
+    device = _asic_device_module()
+    if device is not None:
+        device.reset_all()
+
+
+def _asic_host_fallbacks() -> list[HostFallback]:
+    device = _asic_device_module()
+    return list(device.all_host_fallbacks()) if device is not None else []
+
+
+def _minus(after: CounterSnapshot, before: CounterSnapshot) -> CounterSnapshot:
+    return dataclasses.replace(
+        after,
+        dut_ops=after.dut_ops - before.dut_ops,
+        host_fallbacks=after.host_fallbacks - before.host_fallbacks,
+        macs=after.macs - before.macs,
+        cycles=after.cycles - before.cycles,
+        bytes_moved=after.bytes_moved - before.bytes_moved,
+    )

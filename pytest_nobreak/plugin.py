@@ -1,0 +1,85 @@
+"""pytest-nobreak's pytest plugin (entry point ``nobreak``; disable with ``-p no:nobreak``).
+
+Hooks here only register options, the marker and the session object; the work is in
+``session.py`` (per-test watching), ``monitor.py`` (the pytest-free core) and
+``reporting.py`` (files and summaries). This module must not import torch: entry points load it
+into every pytest run in the environment.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_nobreak.config import ASIC_BACKEND, NobreakConfig, add_options
+from pytest_nobreak.fixtures import CONFIG_KEY, asic, nobreak_compile, nobreak_report
+from pytest_nobreak.markers import MARKER_DOC
+from pytest_nobreak.session import NobreakSession
+
+if TYPE_CHECKING:
+    from asic_backend.config import AsicConfig
+
+__all__ = ["asic", "nobreak_compile", "nobreak_report"]
+
+SESSION_PLUGIN_NAME = "nobreak-session"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", MARKER_DOC)
+    settings = NobreakConfig.from_pytest_config(config)
+    if settings.backend_explicit and not settings.asic:
+        _check_backend_name(settings.backend)
+    if settings.asic or settings.asic_device is not None:
+        _check_asic_device(settings.asic_device)
+    config.stash[CONFIG_KEY] = settings
+    config.pluginmanager.register(NobreakSession(config, settings), SESSION_PLUGIN_NAME)
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    settings = config.stash.get(CONFIG_KEY, None)
+    if settings is None:
+        return None
+    scope = "every test" if settings.watch_all else "marked tests"
+    if settings.fixture_backend == ASIC_BACKEND:
+        from asic_backend.config import AsicConfig
+
+        device = (
+            AsicConfig.load(settings.asic_device)
+            if settings.asic_device
+            else (AsicConfig.from_env())
+        )
+        return f"nobreak: backend=asic, device={describe_device(device)}, watching {scope}"
+    return f"nobreak: backend={settings.fixture_backend}, watching {scope}"
+
+
+def describe_device(device: AsicConfig) -> str:
+    return (
+        f"{device.name} ({device.rows}x{device.cols} {device.dataflow} @ "
+        f"{device.clock_hz / 1e9:g} GHz)"
+    )
+
+
+def _check_backend_name(name: str) -> None:
+    # Only when the user named a backend: the check imports torch, which a plain run avoids.
+    import torch._dynamo
+
+    known = set(torch._dynamo.list_backends(exclude_tags=()))
+    if name not in known:
+        raise pytest.UsageError(
+            f"--nobreak-backend {name}: unknown torch.compile backend; known: "
+            f"{', '.join(sorted(known))}"
+        )
+
+
+def _check_asic_device(spec: str | None) -> None:
+    from asic_backend.config import AsicConfig
+
+    try:
+        AsicConfig.load(spec) if spec else AsicConfig.from_env()
+    except (ValueError, OSError) as exc:
+        raise pytest.UsageError(f"--asic-device: {exc}") from None

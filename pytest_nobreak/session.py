@@ -1,0 +1,215 @@
+"""Per-test watching and the session's verdicts: the hooks of one pytest session.
+
+A ``NobreakSession`` is registered as a plugin in ``pytest_configure``. Its runtest hooks
+start a ``Monitor`` before the test's fixtures run and judge it after the call; every test's
+``TestRecord`` travels on its call report (so xdist ships it to the controller), and only the
+controller writes files and prints the summary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import warnings
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_nobreak.baseline import Baseline, BaselineError, load_baseline
+from pytest_nobreak.config import NobreakConfig
+from pytest_nobreak.events import BreakEvent
+from pytest_nobreak.json_report import TestRecord
+from pytest_nobreak.junit import junit_properties
+from pytest_nobreak.markers import MARKER, MarkerError, NoGraphBreakOptions
+from pytest_nobreak.monitor import CompileReport, Monitor
+from pytest_nobreak.render import render_event, short_path
+
+if TYPE_CHECKING:
+    from pytest_nobreak.reporting import SessionReporter
+
+MONITOR_KEY = pytest.StashKey[Monitor]()
+OPTIONS_KEY = pytest.StashKey[NoGraphBreakOptions]()
+RECORD_KEY = pytest.StashKey[TestRecord]()
+#: Attribute of the call-phase ``TestReport`` carrying the record (JSON, so xdist can ship it).
+REPORT_ATTR = "nobreak_record"
+#: Fixtures whose use makes a test watched even when it is not marked.
+WATCH_FIXTURES = ("nobreak_report", "nobreak_compile", "asic", "asic_benchmark")
+FAIL_TITLE = f"@pytest.mark.{MARKER}: torch.compile did not run as whole graphs"
+
+
+class NobreakWarning(UserWarning):
+    """A watched, unmarked test graph-broke or fell back (``--nobreak-all``)."""
+
+
+def is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+class NobreakSession:
+    def __init__(self, config: pytest.Config, settings: NobreakConfig) -> None:
+        self.config = config
+        self.settings = settings
+        self.records: dict[str, TestRecord] = {}
+        self.reporter: SessionReporter | None = None
+        self.baseline = self._load_baseline()
+
+    def _load_baseline(self) -> Baseline | None:
+        """Read the baseline before any test runs: a broken file stops the run at once (exit 4,
+        one line) instead of after an hour of tests, and is never rewritten."""
+        path = self.settings.baseline_path
+        if path is None or is_xdist_worker(self.config):
+            return None
+        try:
+            return load_baseline(path)
+        except BaselineError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+    # ------------------------------------------------------------------ collection
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """Validate every marker up front: a typo is a usage error naming the test."""
+        for item in items:
+            mark = item.get_closest_marker(MARKER)
+            if mark is None:
+                continue
+            try:
+                item.stash[OPTIONS_KEY] = NoGraphBreakOptions.from_kwargs(
+                    mark.kwargs, args=mark.args, where=item.nodeid
+                )
+            except MarkerError as exc:
+                raise pytest.UsageError(str(exc)) from None
+
+    # ------------------------------------------------------------------ per test
+
+    def _watched(self, item: pytest.Item) -> bool:
+        if OPTIONS_KEY in item.stash or self.settings.watch_all:
+            return True
+        names = getattr(item, "fixturenames", ())
+        return any(name in names for name in WATCH_FIXTURES)
+
+    # trylast: run inside pytest's logging wrapper, after it attached its handlers.
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, None, None]:
+        if self._watched(item):
+            monitor = Monitor(reset=True)
+            item.stash[MONITOR_KEY] = monitor
+            monitor.start()
+        _quiet_trace_logger()
+        return (yield)
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        _quiet_trace_logger()
+        monitor = item.stash.get(MONITOR_KEY, None)
+        if monitor is None:
+            return (yield)
+        try:
+            result = yield
+        except BaseException:
+            report = monitor.stop()
+            self._judge(item, report, test_failed=True)
+            raise
+        report = monitor.stop()
+        self._judge(item, report, test_failed=False)
+        return result
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> Generator[None, None, None]:
+        _quiet_trace_logger()
+        monitor = item.stash.get(MONITOR_KEY, None)
+        if monitor is not None:
+            monitor.stop()  # setup failed before the call: never leave the taps installed
+        return (yield)
+
+    def _judge(self, item: pytest.Item, report: CompileReport, *, test_failed: bool) -> None:
+        options = item.stash.get(OPTIONS_KEY, None)
+        marked = options is not None
+        record = TestRecord(
+            nodeid=item.nodeid,
+            outcome="pending",
+            marked=marked,
+            figures=report.figures(),
+            breaks=tuple(
+                dataclasses.replace(e, file=short_path(e.file, str(self.config.rootpath)))
+                for e in report.breaks
+            ),
+        )
+        item.stash[RECORD_KEY] = record
+        item.user_properties.extend(junit_properties(record))
+        if options is None:
+            if report.breaks:
+                warnings.warn(NobreakWarning(_warning_text(report.breaks)), stacklevel=1)
+            return
+        problems = report.problems(
+            allow=options.allow,
+            max_recompiles=options.max_recompiles,
+            allow_host_fallback=options.allow_host_fallback,
+        )
+        if not problems:
+            return
+        message = report.render(problems, title=FAIL_TITLE)
+        if test_failed:
+            # The test's own error wins; the breaks go in a section next to it.
+            item.add_report_section("call", "nobreak", message)
+            return
+        pytest.fail(message, pytrace=False)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        record = item.stash.get(RECORD_KEY, None)
+        if record is not None and report.when == "call":
+            setattr(report, REPORT_ATTR, record.to_json())
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Collect records on the controller (or in a serial run) from the call reports."""
+        data = getattr(report, REPORT_ATTR, None)
+        if data is None or report.when != "call":
+            return
+        record = TestRecord.from_json(report.nodeid, data)
+        outcome: str = report.outcome
+        if hasattr(report, "wasxfail"):
+            outcome = "xfailed" if report.skipped else "xpassed"
+        self.records[report.nodeid] = TestRecord(
+            nodeid=record.nodeid,
+            outcome=outcome,
+            marked=record.marked,
+            figures=record.figures,
+            breaks=record.breaks,
+        )
+
+    # ------------------------------------------------------------------ session end
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if is_xdist_worker(self.config):
+            return
+        from pytest_nobreak.reporting import SessionReporter
+
+        self.reporter = SessionReporter(self.config, self.settings, self.records, self.baseline)
+        status = self.reporter.finish()
+        if status and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = status
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.reporter is not None:
+            self.reporter.terminal_summary(terminalreporter)
+
+
+def _warning_text(breaks: tuple[BreakEvent, ...]) -> str:
+    lines = [f"torch.compile: {len(breaks)} break(s) in an unmarked test"]
+    for event in breaks[:3]:
+        lines.extend("  " + line for line in render_event(event)[:3])
+    return "\n".join(lines)
+
+
+def _quiet_trace_logger() -> None:
+    if "torch._logging._internal" in sys.modules:
+        from pytest_nobreak._torch_compat import detach_foreign_trace_handlers
+
+        detach_foreign_trace_handlers()
