@@ -17,24 +17,33 @@ SIM_VERSION = "1"
 
 if TYPE_CHECKING:
     from asic_backend.backend import asic_backend, make_backend
-    from asic_backend.config import AsicConfig
-    from asic_backend.device import CounterSnapshot, Device, HostFallback
+    from asic_backend.config import PRESETS, AsicConfig
+    from asic_backend.cycles import GemmCost, gemm_cost
+    from asic_backend.device import CounterSnapshot, Device, HostFallback, get_device
 
 __all__ = [
+    "PRESETS",
     "SIM_VERSION",
     "AsicConfig",
     "CounterSnapshot",
     "Device",
+    "GemmCost",
     "HostFallback",
     "asic_backend",
+    "gemm_cost",
+    "get_device",
     "make_backend",
 ]
 
 _LAZY = {
+    "PRESETS": "asic_backend.config",
     "AsicConfig": "asic_backend.config",
+    "GemmCost": "asic_backend.cycles",
+    "gemm_cost": "asic_backend.cycles",
     "CounterSnapshot": "asic_backend.device",
     "Device": "asic_backend.device",
     "HostFallback": "asic_backend.device",
+    "get_device": "asic_backend.device",
     "asic_backend": "asic_backend.backend",
     "make_backend": "asic_backend.backend",
 }

@@ -87,7 +87,11 @@ class CompileReport:
 
     @property
     def recompiles(self) -> int:
-        return len(self.recompile_reasons)
+        if self._finished:
+            return len(self.recompile_reasons)
+        from pytest_nobreak import _torch_compat
+
+        return sum(1 for m in _torch_compat.compilation_metrics() if m.recompile_reason)
 
     @property
     def breaks(self) -> tuple[BreakEvent, ...]:

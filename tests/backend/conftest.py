@@ -1,0 +1,32 @@
+"""Fixtures of the backend tests: a fresh Dynamo and a zeroed device per test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from asic_backend.device import Device, get_device
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo() -> Iterator[None]:
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def device() -> Device:
+    """The default preset's device, as ``backend="asic"`` uses it, with zeroed counters."""
+    dev = get_device("default")
+    dev.reset()
+    return dev
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    torch.manual_seed(0)

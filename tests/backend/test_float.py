@@ -1,0 +1,136 @@
+"""Float models: linears and matmuls become dynamic int8 on the DUT (or stay, when told to)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+from torch import nn
+
+from asic_backend import make_backend
+from asic_backend.device import Device
+
+from .models import MLP, assert_close_to_fp32
+
+
+def _run(
+    model: nn.Module, x: torch.Tensor, backend: object = "asic"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    with torch.no_grad():
+        ref = model(x)
+        out = torch.compile(model, backend=backend, fullgraph=True)(x)
+    return out, ref
+
+
+@pytest.mark.parametrize("shape", [(8, 64), (2, 8, 64)])
+def test_float_mlp_runs_on_the_dut(device: Device, shape: tuple[int, ...]) -> None:
+    out, ref = _run(MLP(), torch.randn(*shape))
+    assert_close_to_fp32(out, ref)
+    snap = device.snapshot()
+    assert (snap.dut_ops, snap.host_fallbacks) == (2, 0)
+    assert snap.macs == (8 if len(shape) == 2 else 16) * (64 * 128 + 128 * 32)
+
+
+def test_gpt2_conv1d_addmm_runs_on_the_dut(device: Device) -> None:
+    from transformers.pytorch_utils import Conv1D  # x.view(-1, K) then addmm(b, x, W[K, N])
+
+    model = nn.Sequential(Conv1D(128, 64), nn.GELU(), Conv1D(32, 128))
+    out, ref = _run(model, torch.randn(2, 8, 64))
+    assert_close_to_fp32(out, ref)
+    assert (device.snapshot().dut_ops, device.snapshot().host_fallbacks) == (2, 0)
+
+
+class _Matmuls(nn.Module):
+    """A weight used through matmul / @ / .t(), and activation x activation matmul / bmm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(64, 32) / 8)
+        self.proj = nn.Parameter(torch.randn(32, 64) / 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.matmul(x, self.w) + x @ self.proj.t()  # 2 linear-like
+        scores = torch.bmm(h, h.transpose(1, 2))  # activation x activation
+        return scores @ h  # activation x activation
+
+
+def test_matmuls_run_on_the_dut(device: Device) -> None:
+    x = torch.randn(2, 8, 64)
+    out, ref = _run(_Matmuls(), x)
+    assert_close_to_fp32(out, ref)
+    # 2 linear-like GEMMs, then 2 batched matmuls of batch 2: one GEMM per batch element.
+    assert (device.snapshot().dut_ops, device.snapshot().host_fallbacks) == (2 + 2 * 2, 0)
+
+
+def test_vector_matmuls(device: Device) -> None:
+    class Vec(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(16, 8))
+
+        def forward(self, x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return (v @ self.w).sum() + (x @ v[:8].repeat(2)).sum() + (v @ v)
+
+    model, x, v = Vec(), torch.randn(3, 16), torch.randn(16)
+    with torch.no_grad():
+        ref = model(x, v)
+        out = torch.compile(model, backend="asic", fullgraph=True)(x, v)
+    assert abs(float(out - ref)) < 5e-2 * float(ref.abs())
+    assert device.snapshot().dut_ops == 3
+
+
+def test_outer_products_stay_on_the_host(device: Device) -> None:
+    # K == 1 (e.g. Llama's rotary angles): no accumulation to offload, and int8 would ruin it.
+    pos = torch.arange(16.0).reshape(1, 1, 16)
+    freq = torch.rand(1, 8, 1)
+    with torch.no_grad():
+        angles = torch.compile(lambda f, p: f @ p, backend="asic", fullgraph=True)(freq, pos)
+    assert torch.equal(angles, freq @ pos)
+    assert device.snapshot().dut_ops == 0
+    assert device.snapshot().host_fallbacks == 0
+
+
+def test_quantize_none_leaves_float_linears_on_the_host(device: Device) -> None:
+    out, ref = _run(_Matmuls(), torch.randn(2, 8, 64), make_backend(quantize="none"))
+    assert torch.allclose(out, ref, rtol=1e-5, atol=1e-5)
+    assert (device.snapshot().dut_ops, device.snapshot().host_fallbacks) == (0, 0)
+
+
+def test_matmul_none_keeps_only_activation_matmuls_on_the_host(device: Device) -> None:
+    out, ref = _run(_Matmuls(), torch.randn(2, 8, 64), make_backend(matmul="none"))
+    assert_close_to_fp32(out, ref)
+    assert (device.snapshot().dut_ops, device.snapshot().host_fallbacks) == (2, 0)
+
+
+def test_float64_linear_falls_back_counted_with_its_site(device: Device) -> None:
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(16, 8).double()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x)  # the site
+
+    model, x = Net(), torch.randn(4, 16, dtype=torch.float64)
+    compiled = torch.compile(model, backend="asic", fullgraph=True)
+    with torch.no_grad():
+        for _ in range(3):
+            assert torch.equal(compiled(x), model(x))
+    snap = device.snapshot()
+    assert (snap.dut_ops, snap.host_fallbacks) == (0, 3)
+    (site,) = device.host_fallback_sites
+    lines, first = inspect.getsourcelines(Net)
+    marker = next(i for i, text in enumerate(lines) if text.strip().endswith("# the site"))
+    assert site.op == "linear"
+    assert "float64" in site.reason
+    assert (site.file, site.line) == (__file__, first + marker)
+    assert site.source == "return self.fc(x)  # the site"
+
+
+def test_linear_modules_called_without_inlining(device: Device) -> None:
+    model, x = MLP(), torch.randn(4, 64)
+    with torch._dynamo.config.patch(inline_inbuilt_nn_modules=False):
+        out, ref = _run(model, x)
+    assert_close_to_fp32(out, ref)
+    assert device.snapshot().dut_ops == 2

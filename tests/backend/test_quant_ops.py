@@ -1,0 +1,255 @@
+"""The high-level ``asic::`` ops: schema/fake/AOT checks, exactness against their sources."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from asic_backend import quant_ops
+from asic_backend.device import Device, HostFallback
+
+ops = torch.ops.asic
+
+
+def _opcheck_cases(key: str) -> list[tuple[Any, tuple[Any, ...]]]:
+    i8 = torch.int8
+    w_q = torch.randint(-127, 128, (32, 64), dtype=i8)
+    return [
+        (
+            ops.dyn_linear.default,
+            (torch.randn(3, 5, 64), torch.randn(32, 64), None, False, False, key),
+        ),
+        (
+            ops.dyn_linear.default,
+            (torch.randn(7, 64), torch.randn(64, 32), torch.randn(32), True, True, key),
+        ),
+        (ops.dyn_matmul.default, (torch.randn(2, 3, 4, 16), torch.randn(3, 16, 5), key)),
+        (
+            ops.dyn_qlinear.default,
+            (
+                torch.randn(4, 64),
+                w_q,
+                torch.rand(32, 1),
+                torch.randn(32),
+                None,
+                False,
+                True,
+                -128,
+                127,
+                quant_ops.F32_EPS,
+                True,
+                key,
+            ),
+        ),
+        (
+            ops.qlinear.default,
+            (
+                torch.randint(0, 256, (6, 64), dtype=torch.uint8),
+                torch.tensor(0.02, dtype=torch.float64),
+                torch.tensor(130),
+                w_q,
+                torch.rand(32) * 0.01,
+                torch.zeros(32, dtype=torch.int64),
+                torch.randn(32),
+                0.05,
+                3,
+                0,
+                255,
+                torch.uint8,
+                key,
+            ),
+        ),
+        (
+            ops.host_fallback.default,
+            (torch.randn(3, 4), key, "linear", "why", "f.py", 3, "y = f(x)"),
+        ),
+    ]
+
+
+def test_ops_pass_opcheck(device: Device) -> None:
+    for op, args in _opcheck_cases(device.key):
+        result = torch.library.opcheck(op, args)
+        assert set(result.values()) == {"SUCCESS"}, (op, result)
+
+
+# -- bit-exact replicas of TorchAO's activation quantization ------------------------------------
+
+_rows = st.integers(1, 6)
+# k >= 2: for k == 1 TorchAO reduces over the whole tensor (its block [1, 1] means "no reduction").
+_cols = st.integers(2, 40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    m=_rows,
+    k=_cols,
+    symmetric=st.booleans(),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    scale=st.sampled_from([1e-6, 1.0, 300.0]),
+    offset=st.sampled_from([0.0, 2.0, -5.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_activation_quantization_is_torchao_bit_exact(
+    m: int, k: int, symmetric: bool, dtype: torch.dtype, scale: float, offset: float, seed: int
+) -> None:
+    pytest.importorskip("torchao")
+    from torchao.quantization.quant_primitives import (
+        MappingType,
+        choose_qparams_affine,
+        quantize_affine,
+    )
+
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(m, k, generator=gen) * scale + offset).to(dtype)
+    x[0, 0] = 0.0  # an exact zero in every example (the zero point must map it exactly)
+    mapping = MappingType.SYMMETRIC if symmetric else MappingType.ASYMMETRIC
+    # Int8Tensor.from_hp's call, verbatim.
+    ref_scale, ref_zp = choose_qparams_affine(
+        input=x,
+        mapping_type=mapping,
+        block_size=[1, k],
+        target_dtype=torch.int8,
+        quant_min=-128,
+        quant_max=127,
+        scale_dtype=torch.float32,
+        zero_point_dtype=torch.int8,
+        keepdim=True,
+        eps=quant_ops.F32_EPS,
+    )
+    ref_q = quantize_affine(x, [1, k], ref_scale, ref_zp, torch.int8, -128, 127)
+
+    scale_t, zp = quant_ops.choose_qparams_rows(x, symmetric=symmetric)
+    q = quant_ops.quantize_rows(x, scale_t, zp, -128, 127)
+    assert torch.equal(scale_t, ref_scale.reshape(m, 1))
+    assert torch.equal(zp, ref_zp.reshape(m, 1).to(torch.int32))
+    assert torch.equal(q, ref_q)
+
+
+# -- the float path: weight cache ---------------------------------------------------------------
+
+
+def test_weight_cache_follows_in_place_writes(device: Device) -> None:
+    w = torch.randn(16, 32)
+    x = torch.randn(4, 32)
+    first = ops.dyn_linear(x, w, None, False, True, device.key)
+    assert torch.equal(first, ops.dyn_linear(x, w, None, False, True, device.key))
+    # Same storage, new _version: the cached int8 copy is stale. (x2 scales exactly: same int8
+    # weights, doubled scales, so the result must double exactly.)
+    w.mul_(2.0)
+    second = ops.dyn_linear(x, w, None, False, True, device.key)
+    uncached = ops.dyn_linear(x, w, None, False, False, device.key)
+    assert torch.equal(second, uncached)
+    assert torch.equal(second, 2.0 * first)
+
+
+def test_inference_tensors_are_not_cached(device: Device) -> None:
+    with torch.inference_mode():
+        w = torch.randn(16, 32)
+        x = torch.randn(4, 32)
+        first = ops.dyn_linear(x, w, None, False, True, device.key)
+        w.mul_(4.0)  # no version counter to see this: only recomputation is safe
+        second = ops.dyn_linear(x, w, None, False, True, device.key)
+    assert torch.equal(second, 4.0 * first)
+
+
+def test_dyn_linear_counts_one_gemm_per_call(device: Device) -> None:
+    ops.dyn_linear(torch.randn(2, 3, 32), torch.randn(16, 32), None, False, True, device.key)
+    snap = device.snapshot()
+    assert (snap.dut_ops, snap.macs) == (1, 6 * 32 * 16)
+
+
+def test_dyn_matmul_broadcasts_and_runs_one_gemm_per_batch(device: Device) -> None:
+    a, b = torch.randn(2, 3, 4, 16), torch.randn(3, 16, 5)
+    out = ops.dyn_matmul(a, b, device.key)
+    ref = a @ b
+    assert out.shape == ref.shape
+    assert float((out - ref).abs().max() / ref.abs().max()) < 2e-2
+    assert device.snapshot().dut_ops == 6
+
+
+def test_empty_batch(device: Device) -> None:
+    out = ops.dyn_linear(torch.randn(0, 32), torch.randn(16, 32), None, False, True, device.key)
+    assert out.shape == (0, 16)
+    assert device.snapshot().dut_ops == 0
+
+
+# -- PT2E: int8 output within 1 LSB of the float reference --------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    uint8=st.booleans(),
+    relu=st.booleans(),
+    m=st.integers(1, 9),
+)
+def test_qlinear_requant_within_one_lsb(seed: int, uint8: bool, relu: bool, m: int) -> None:
+    from torch.ao.quantization.fx import _decomposed  # noqa: F401  (registers the ops)
+
+    qd = torch.ops.quantized_decomposed
+    gen = torch.Generator().manual_seed(seed)
+    k, n = 48, 24
+    dtype, qmin, qmax = (torch.uint8, 0, 255) if uint8 else (torch.int8, -128, 127)
+    x_scale, x_zp = 0.03, (131 if uint8 else -3)
+    y_scale, y_zp = 0.05, (120 if uint8 else 5)
+    x_q = torch.randint(qmin, qmax + 1, (m, k), generator=gen).to(dtype)
+    w_q = torch.randint(-127, 128, (n, k), generator=gen, dtype=torch.int8)
+    w_scale = torch.rand(n, generator=gen) * 0.02 + 1e-3
+    w_zp = torch.zeros(n, dtype=torch.int64)
+    bias = torch.randn(n, generator=gen)
+
+    x_dq = qd.dequantize_per_tensor(x_q, x_scale, x_zp, qmin, qmax, dtype)
+    w_dq = qd.dequantize_per_channel(w_q, w_scale, w_zp, 0, -127, 127, torch.int8)
+    y = torch.nn.functional.linear(x_dq, w_dq, bias)
+    ref = qd.quantize_per_tensor(torch.relu(y) if relu else y, y_scale, y_zp, qmin, qmax, dtype)
+
+    key = "default"
+    from asic_backend.device import get_device
+
+    get_device(key)
+    out = ops.qlinear(
+        x_q,
+        torch.tensor(x_scale, dtype=torch.float64),
+        torch.tensor(x_zp),
+        w_q,
+        w_scale,
+        w_zp,
+        bias,
+        y_scale,
+        y_zp,
+        max(qmin, y_zp) if relu else qmin,
+        qmax,
+        dtype,
+        key,
+    )
+    assert out.dtype == dtype
+    assert int((out.int() - ref.int()).abs().max()) <= 1
+
+
+def test_qlinear_rejects_asymmetric_weights(device: Device) -> None:
+    args = _opcheck_cases(device.key)[4][1]
+    bad = list(args)
+    bad[5] = torch.ones(32, dtype=torch.int64)  # a non-zero weight zero point
+    with pytest.raises(ValueError, match="zero-point"):
+        ops.qlinear(*bad)
+
+
+def test_host_fallback_counts_every_call_and_keeps_the_site(device: Device) -> None:
+    x = torch.randn(3, 4)
+    for _ in range(3):
+        out = ops.host_fallback(x, device.key, "linear", "float64", "m.py", 7, "y = fc(x)")
+        assert torch.equal(out, x)
+        assert out.data_ptr() != x.data_ptr()
+    assert device.snapshot().host_fallbacks == 3
+    assert device.host_fallback_sites == (
+        HostFallback("linear", "float64", "m.py", 7, "y = fc(x)"),
+    )
+
+
+def test_unknown_device_key_is_one_clear_line() -> None:
+    with pytest.raises(ValueError, match="neither a preset"):
+        ops.dyn_linear(torch.randn(2, 4), torch.randn(3, 4), None, False, True, "no-such-device")

@@ -1,0 +1,400 @@
+"""Marker options, command-line options, fixtures and isolation, through real pytest runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.plugin.conftest import Models
+
+QUIET = ("-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning")
+
+
+def run(models: Models, *args: str, **files: str) -> pytest.RunResult:
+    models.pytester.makepyfile(**files)
+    return models.pytester.runpytest(*QUIET, *args)
+
+
+# ----------------------------------------------------------------------------- marker options
+
+
+def test_allowed_break_passes_and_others_still_fail(models: Models) -> None:
+    result = run(
+        models,
+        test_allow="""
+        import pytest, torch
+        import models as M
+
+        @pytest.mark.no_graph_break(allow=[r"GB0170"])
+        def test_allowed_by_id():
+            torch.compile(M.data_dependent, backend="eager")(torch.ones(3))
+
+        @pytest.mark.no_graph_break(allow=[r"models\\.py:\\d+"])
+        def test_allowed_by_location():
+            torch.compile(M.data_dependent, backend="eager")(torch.ones(3))
+
+        @pytest.mark.no_graph_break(allow=["Data-dependent"])
+        def test_other_break_still_fails():
+            torch.compile(M.two_breaks, backend="eager")(torch.ones(3))
+        """,
+    )
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*2 problems*", "1. graph break GB0059*", "2. graph break GB0124*"])
+
+
+def test_max_recompiles_gates_recompiles(models: Models) -> None:
+    result = run(
+        models,
+        test_recompiles="""
+        import pytest, torch
+        import models as M
+
+        def two_dtypes():
+            f = torch.compile(M.clean, backend="eager")
+            f(torch.ones(3))
+            f(torch.ones(3, dtype=torch.float64))
+
+        @pytest.mark.no_graph_break
+        def test_reported_not_gated(nobreak_report):
+            two_dtypes()
+            assert nobreak_report.recompiles == 1
+
+        @pytest.mark.no_graph_break(max_recompiles=1)
+        def test_within_limit():
+            two_dtypes()
+
+        @pytest.mark.no_graph_break(max_recompiles=0)
+        def test_over_limit():
+            two_dtypes()
+        """,
+    )
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*too many recompiles: 1 recompiles (max_recompiles=0)",
+            f"*at {models.where('clean')}*",
+            "*why: *dtype mismatch*",
+            "To accept more recompiles: @pytest.mark.no_graph_break(max_recompiles=N).",
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("marker", "message"),
+    [
+        (
+            "no_graph_break(max_recompile=2)",
+            "unknown option 'max_recompile' (did you mean 'max_recompiles'?); "
+            "known options: max_recompiles, allow, allow_host_fallback",
+        ),
+        ("no_graph_break(max_recompiles='2')", "max_recompiles must be a non-negative int*"),
+        ("no_graph_break(max_recompiles=-1)", "max_recompiles must be a non-negative int*"),
+        ("no_graph_break(allow='(')", "allow pattern '(' is not a valid regex*"),
+        ("no_graph_break(allow=[3])", "allow entries must be regex strings, got 3"),
+        ("no_graph_break(allow_host_fallback='yes')", "allow_host_fallback must be True or False*"),
+        ("no_graph_break(True)", "takes keyword options only*"),
+    ],
+)
+def test_bad_marker_options_are_a_usage_error_naming_the_test(
+    models: Models, marker: str, message: str
+) -> None:
+    result = run(
+        models,
+        test_bad=f"""
+        import pytest
+
+        def test_fine():
+            pass
+
+        @pytest.mark.{marker}
+        def test_typo():
+            pass
+        """,
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"ERROR: test_bad.py::test_typo: @pytest.mark.no_graph_break: {message}"]
+    )
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_marker_on_a_class_or_module_applies_to_its_tests(models: Models) -> None:
+    result = run(
+        models,
+        test_scoped="""
+        import pytest, torch
+        import models as M
+
+        pytestmark = pytest.mark.no_graph_break
+
+        def test_module_level():
+            torch.compile(M.data_dependent, backend="eager")(torch.ones(3))
+
+        @pytest.mark.no_graph_break(allow=["GB0170"])
+        class TestClass:
+            def test_closest_marker_wins(self):
+                torch.compile(M.data_dependent, backend="eager")(torch.ones(3))
+        """,
+    )
+    result.assert_outcomes(passed=1, failed=1)
+
+
+def test_marker_is_registered_for_strict_markers(models: Models) -> None:
+    result = run(
+        models,
+        "--strict-markers",
+        test_strict="""
+        import pytest
+
+        @pytest.mark.no_graph_break
+        def test_ok():
+            pass
+        """,
+    )
+    result.assert_outcomes(passed=1)
+    listing = models.pytester.runpytest("--markers")
+    listing.stdout.fnmatch_lines(["@pytest.mark.no_graph_break(max_recompiles=None, allow=()*"])
+
+
+# ----------------------------------------------------------------------------- --nobreak-all
+
+
+def test_nobreak_all_reports_unmarked_breaks_without_failing(models: Models) -> None:
+    result = run(
+        models,
+        "--nobreak-all",
+        test_unmarked="""
+        import torch
+        import models as M
+
+        def test_breaks():
+            torch.compile(M.data_dependent, backend="eager")(torch.ones(3))
+
+        def test_clean():
+            torch.compile(M.clean, backend="eager")(torch.ones(3))
+        """,
+    )
+    result.assert_outcomes(passed=2, warnings=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*NobreakWarning: torch.compile: 1 break(s) in an unmarked test",
+            "*graph break GB0170: Data-dependent branching",
+            "*nobreak compile report*",
+            "test_unmarked.py::test_breaks * 2 * 1 * 0 * 0 *passed",
+            f"    graph break GB0170 at {models.where('branch')}: Data-dependent branching",
+        ]
+    )
+    assert "test_unmarked.py::test_clean" not in result.stdout.str().split("compile report")[1]
+
+
+def test_unmarked_tests_are_not_watched_without_nobreak_all(models: Models) -> None:
+    result = run(
+        models,
+        "--nobreak-json",
+        "report.json",
+        test_plain="""
+        import torch
+        import models as M
+
+        def test_breaks():
+            torch.compile(M.data_dependent, backend="eager")(torch.ones(3))
+        """,
+    )
+    result.assert_outcomes(passed=1)
+    assert "nobreak compile report" not in result.stdout.str()
+    assert not (models.pytester.path / "report.json").exists()
+
+
+# ----------------------------------------------------------------------------- JSON report
+
+
+def test_json_report_has_every_watched_test(models: Models) -> None:
+    result = run(
+        models,
+        "--nobreak-all",
+        "--nobreak-json",
+        "out/report.json",
+        test_json="""
+        import pytest, torch
+        import models as M
+
+        @pytest.mark.no_graph_break
+        def test_marked_break():
+            torch.compile(M.data_dependent, backend="eager")(torch.ones(3))
+
+        def test_unmarked_clean(nobreak_compile):
+            nobreak_compile(M.MLP(), backend="eager")(torch.randn(2, 8))
+        """,
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    report = json.loads((models.pytester.path / "out" / "report.json").read_text())
+    assert report["version"] == 1
+    assert report["torch"] == torch_release()
+    assert report["backend"] == "inductor"
+    marked = report["tests"]["test_json.py::test_marked_break"]
+    assert marked == {
+        "outcome": "failed",
+        "marked": True,
+        "graphs": 2,
+        "graph_breaks": 1,
+        "eager_frames": 0,
+        "recompiles": 0,
+        "breaks": [
+            {
+                "kind": "graph_break",
+                "gb_id": "GB0170",
+                "gb_type": "Data-dependent branching",
+                "file": "models.py",
+                "line": models.line("branch"),
+                "reason": marked["breaks"][0]["reason"],
+            }
+        ],
+    }
+    assert marked["breaks"][0]["reason"].startswith("Detected data-dependent branching")
+    clean = report["tests"]["test_json.py::test_unmarked_clean"]
+    assert (clean["outcome"], clean["marked"], clean["graphs"], clean["breaks"]) == (
+        "passed",
+        False,
+        1,
+        [],
+    )
+
+
+def torch_release() -> str:
+    import torch
+
+    return torch.__version__.split("+")[0]
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+
+def test_nobreak_compile_uses_the_session_backend(models: Models) -> None:
+    models.pytester.makeconftest(
+        """
+        import torch
+        from torch._dynamo import register_backend
+
+        SEEN = []
+
+        @register_backend(name="counting_backend")
+        def counting_backend(gm, example_inputs):
+            SEEN.append(len(list(gm.graph.nodes)))
+            return gm.forward
+        """
+    )
+    files = {
+        "test_backend": """
+        import torch
+        import conftest
+        import models as M
+
+        def test_uses_backend(nobreak_compile):
+            nobreak_compile(M.MLP())(torch.randn(2, 8))
+            assert len(conftest.SEEN) == 1
+        """
+    }
+    models.pytester.makepyfile(**files)
+    # A subprocess each: registering the backend twice in one process is an error.
+    result = models.pytester.runpytest_subprocess(*QUIET, "--nobreak-backend", "counting_backend")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["nobreak: backend=counting_backend, watching marked tests"])
+    models.pytester.makeini("[pytest]\nnobreak_backend = counting_backend\n")
+    result = models.pytester.runpytest_subprocess(*QUIET)
+    result.assert_outcomes(passed=1)
+
+
+def test_unknown_backend_is_a_usage_error(models: Models) -> None:
+    result = run(models, "--nobreak-backend", "inductr", test_x="def test_x(): pass")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: --nobreak-backend inductr: unknown torch.compile backend; known: *inductor*"]
+    )
+
+
+def test_nobreak_report_is_live_and_watches_unmarked_tests(models: Models) -> None:
+    result = run(
+        models,
+        test_live="""
+        import torch
+        import models as M
+
+        def test_live(nobreak_report):
+            assert nobreak_report.graphs == 0
+            torch.compile(M.data_dependent, backend="eager")(torch.ones(3))
+            assert (nobreak_report.graphs, nobreak_report.graph_breaks) == (2, 1)
+            assert nobreak_report.breaks[0].gb_id == "GB0170"
+            assert nobreak_report.figures().eager_frames == 0
+        """,
+    )
+    result.assert_outcomes(passed=1)
+
+
+# ----------------------------------------------------------------------------- isolation
+
+
+def test_each_watched_test_starts_from_a_clean_dynamo(models: Models) -> None:
+    """The same function compiled in two tests: the second still sees (and fails on) the break,
+    whichever order they run in."""
+    test = """
+        import pytest, torch
+        import models as M
+
+        FN = torch.compile(M.data_dependent, backend="eager")
+
+        @pytest.mark.no_graph_break
+        def test_first():
+            FN(torch.ones(3))
+
+        @pytest.mark.no_graph_break
+        def test_second():
+            FN(torch.ones(3))
+        """
+    forward = run(models, test_order=test)
+    forward.assert_outcomes(failed=2)
+    backward = models.pytester.runpytest(*QUIET, "test_order.py::test_second", "test_order.py")
+    backward.assert_outcomes(failed=2)
+    for result in (forward, backward):
+        assert result.stdout.str().count("graphs=2, graph_breaks=1") == 2
+
+
+def test_plugin_can_be_disabled(models: Models) -> None:
+    result = run(
+        models,
+        "-p",
+        "no:nobreak",
+        test_off="""
+        import pytest, torch
+        import models as M
+
+        @pytest.mark.no_graph_break
+        def test_break_is_not_caught():
+            torch.compile(M.data_dependent, backend="eager")(torch.ones(3))
+        """,
+    )
+    result.assert_outcomes(passed=1)
+
+
+def test_plugin_import_does_not_import_torch() -> None:
+    code = (
+        "import sys, pytest_nobreak, pytest_nobreak.plugin; "
+        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_plain_run_without_watched_tests_does_not_import_torch(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_plain="""
+        import sys
+
+        def test_no_torch():
+            assert "torch" not in sys.modules
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:benchmark")
+    result.assert_outcomes(passed=1)

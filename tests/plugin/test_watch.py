@@ -1,0 +1,59 @@
+"""The pytest-free core: ``watch()`` and ``CompileReport.check()``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import pytest_nobreak
+from pytest_nobreak import GraphBreakError
+
+
+def branchy(x: torch.Tensor) -> torch.Tensor:
+    if x.sum() > 0:  # the break
+        return x + 1
+    return x - 1
+
+
+def clean(x: torch.Tensor) -> torch.Tensor:
+    return torch.relu(x) * 2
+
+
+def test_clean_region_checks_ok() -> None:
+    with pytest_nobreak.watch() as report:
+        torch.compile(clean, backend="eager")(torch.ones(3))
+    report.check()
+    assert (report.graphs, report.graph_breaks, report.eager_frames, report.recompiles) == (
+        1,
+        0,
+        0,
+        0,
+    )
+
+
+def test_break_raises_graph_break_error_with_the_marker_message() -> None:
+    with pytest_nobreak.watch() as report:
+        torch.compile(branchy, backend="eager")(torch.ones(3))
+    with pytest.raises(GraphBreakError) as excinfo:
+        report.check()
+    message = str(excinfo.value)
+    line = branchy.__code__.co_firstlineno + 1
+    assert message.splitlines()[0].startswith("torch.compile did not run as whole graphs: 1 problem")
+    assert f"test_watch.py:{line}  >  if x.sum() > 0:" in message
+    assert [b.gb_id for b in excinfo.value.breaks] == ["GB0170"]
+    report.check(allow=["GB0170"])  # allowed: no error
+
+
+def test_watch_stops_collecting_after_the_block() -> None:
+    with pytest_nobreak.watch() as report:
+        pass
+    torch.compile(branchy, backend="eager")(torch.ones(3))
+    assert report.breaks == ()
+    report.check()
+
+
+def test_watch_is_reentrant_per_block() -> None:
+    for _ in range(2):
+        with pytest_nobreak.watch() as report:
+            torch.compile(branchy, backend="eager")(torch.ones(3))
+        assert report.graph_breaks == 1
