@@ -13,12 +13,16 @@ import hashlib
 import json
 import math
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, get_args
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # tomllib is 3.11+; its backport has the same API
+    import tomli as tomllib
 
 Dataflow = Literal["ws", "os"]
 AccOverflow = Literal["wrap", "saturate"]

@@ -230,7 +230,7 @@ def run_mm_i32(
 ) -> torch.Tensor:
     """The int32-out GEMM ``a_q·w_qᵀ − a_zp·rowsum(w_q) + bias_i32`` on ``device``: [M,N] int32.
 
-    ``a_zp`` is an int or an int32 tensor ``[]``/``[1]`` (per tensor) or ``[M,1]`` (per row).
+    ``a_zp`` is an int, or an int32 tensor: ``[]``/``[1]``/``[1,1]`` per tensor, ``[M,1]`` per row.
     """
     _check_device(device)
     acc = numerics.linear_i32(a_q, w_q, a_zp, bias_i32, device.config.acc_overflow)

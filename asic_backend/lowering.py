@@ -31,6 +31,7 @@ from typing import Any, Literal
 import torch
 from torch import fx
 from torch._subclasses.fake_tensor import FakeTensor
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from asic_backend import quant_ops
@@ -80,9 +81,8 @@ def lower(gm: fx.GraphModule, options: LoweringOptions) -> LoweringSummary:
     """Rewrite ``gm`` (a Dynamo graph) in place; see the module docstring for the passes."""
     reject_unconverted(gm)
     ctx = _Ctx(gm, options)
-    _inline_linear_modules(ctx)
     for node in list(gm.graph.nodes):
-        if node.graph is None:  # erased by an earlier fusion
+        if node in ctx.erased:  # fused into an earlier node
             continue
         kind = _kind(node)
         if kind == "linear":
@@ -103,12 +103,17 @@ class _Ctx:
         self.graph = gm.graph
         self.options = options
         self.summary = LoweringSummary()
+        self.erased: set[fx.Node] = set()
+
+    def erase(self, node: fx.Node) -> None:
+        self.graph.erase_node(node)
+        self.erased.add(node)
 
     def replace(self, old: fx.Node, new: fx.Node, what: str) -> None:
         for key, value in old.meta.items():
             new.meta.setdefault(key, value)
         old.replace_all_uses_with(new)
-        self.graph.erase_node(old)
+        self.erase(old)
         self.summary.dut.append(f"{what} at {_where(old)}")
 
     def host(self, node: fx.Node, x: fx.Node, reason: str) -> None:
@@ -262,29 +267,6 @@ def reject_unconverted(gm: fx.GraphModule) -> None:
             )
 
 
-# -- nn.Linear call_module (graphs captured without inlining nn modules) -----------------------
-
-
-def _inline_linear_modules(ctx: _Ctx) -> None:
-    for node in list(ctx.graph.nodes):
-        if node.op != "call_module":
-            continue
-        module = ctx.gm.get_submodule(str(node.target))
-        if type(module) is not torch.nn.Linear or len(node.args) != 1 or node.kwargs:
-            continue
-        with ctx.graph.inserting_before(node):
-            w = ctx.graph.get_attr(f"{node.target}.weight")
-            w.meta["example_value"] = module.weight
-            b = None
-            if module.bias is not None:
-                b = ctx.graph.get_attr(f"{node.target}.bias")
-                b.meta["example_value"] = module.bias
-            linear = ctx.graph.call_function(torch._C._nn.linear, (node.args[0], w, b))
-        linear.meta.update(node.meta)
-        node.replace_all_uses_with(linear)
-        ctx.graph.erase_node(node)
-
-
 # -- classification -----------------------------------------------------------------------------
 
 _LINEAR: frozenset[Any] = frozenset({torch._C._nn.linear, _aten.linear.default})
@@ -355,36 +337,52 @@ def _float_unsupported(x: fx.Node, w: fx.Node) -> str | None:
     return None
 
 
+_TRANSPOSE_FUNCTIONS: frozenset[Any] = frozenset(
+    {
+        torch.t,
+        torch.transpose,
+        torch.permute,
+        _aten.t.default,
+        _aten.transpose.int,
+        _aten.permute.default,
+    }
+)
+
+
+def _int_dims(args: Iterable[Any]) -> list[int] | None:
+    """``permute(1, 0)`` / ``permute((1, 0))`` / ``transpose(0, 1)`` dims as ints (else None)."""
+    dims: list[int] = []
+    for arg in args:
+        for d in arg if isinstance(arg, list | tuple) else [arg]:
+            if not isinstance(d, int):
+                return None
+            dims.append(d)
+    return dims
+
+
 def _strip_transpose(w: fx.Node) -> tuple[fx.Node, bool]:
-    """``(base, True)`` when ``w`` is a 2-D transpose of ``base`` (``W.t()``, ``W.T``, …), so a
-    weight parameter is quantized (and cached) as itself rather than as a fresh view."""
-    if _ndim(w) != 2:
+    """``(base, swapped)`` when ``w`` is a 2-D transpose or permutation of ``base`` (``W.t()``,
+    ``W.T``, ``W.permute(1, 0)``, …), so a weight parameter is quantized (and cached) as itself
+    rather than as a fresh view; ``(w, False)`` otherwise."""
+    src = w.args[0] if w.args else None
+    if _ndim(w) != 2 or not isinstance(src, fx.Node) or _ndim(src) != 2:
         return w, False
-    is_t = (w.op == "call_method" and w.target in ("t", "transpose", "permute")) or (
-        w.op == "call_function"
-        and w.target
-        in (
-            torch.t,
-            torch.transpose,
-            torch.permute,
-            _aten.t.default,
-            _aten.permute.default,
-            _aten.transpose.int,
-        )
-    )
-    if (
-        not is_t
-        and w.op == "call_function"
-        and w.target is getattr
-        and w.args[1:] in (("T",), ("mT",))
+    if w.op == "call_function" and w.target is getattr:
+        return (src, True) if w.args[1] in ("T", "mT") else (w, False)
+    name = str(w.target) if w.op == "call_method" else getattr(w.target, "__name__", "")
+    if not (
+        (w.op == "call_function" and w.target in _TRANSPOSE_FUNCTIONS)
+        or (w.op == "call_method" and name in ("t", "transpose", "permute"))
     ):
-        is_t = True
-    if not is_t:
         return w, False
-    src = w.args[0]
-    if not isinstance(src, fx.Node) or _ndim(src) != 2:
+    dims = _int_dims(w.args[1:])
+    if dims == []:  # t()
+        return src, True
+    if dims is None or len(dims) != 2:
         return w, False
-    return src, True
+    first, second = (d % 2 for d in dims)
+    # transpose(d0, d1) swaps when the dims differ; permute(dims) when they are (1, 0).
+    return src, (first != second) if "transpose" in name else (first, second) == (1, 0)
 
 
 def _emit_dyn_linear(
@@ -580,14 +578,14 @@ def _lower_pt2e(ctx: _Ctx, node: fx.Node, x: fx.Node, w: fx.Node, b: Any) -> Non
     if quant is not None:
         new.meta.update(quant.meta)
         quant.replace_all_uses_with(new)
-        g.erase_node(quant)
+        ctx.erase(quant)
         if relu is not None:
-            g.erase_node(relu)
+            ctx.erase(relu)
         what += " + relu + quantize" if relu is not None else " + quantize"
     ctx.replace(node, new, f"{what} -> asic::qlinear")
     for dq in (x, w):
         if not dq.users:
-            g.erase_node(dq)
+            ctx.erase(dq)
 
 
 def _as_tensor_node(g: fx.Graph, value: Any, dtype: torch.dtype) -> fx.Node:
@@ -670,8 +668,8 @@ def _lower_matmul(ctx: _Ctx, node: fx.Node, kind: str) -> None:
     policy = ctx.options.quantize if linear_like else ctx.options.matmul
     if policy == "none":
         return
-    bv = _val(b)
-    if bv is not None and bv.shape[-2 if b_nd >= 2 else 0] == 1:
+    k = _val(b).shape[-2 if b_nd >= 2 else 0]
+    if statically_known_true(k == 1):  # no guard on a dynamic K
         return  # K == 1 is an outer product (e.g. rotary angles): no GEMM, and int8 would ruin it
     reason = _float_unsupported_pair(a, b)
     if reason is not None:

@@ -84,17 +84,18 @@ def check_gemm_operands(
 
 
 def check_a_zp_tensor(a_zp: torch.Tensor, m: int | torch.SymInt) -> None:
-    """Raise unless ``a_zp`` is int32 and per tensor (``[]``/``[1]``) or per row (``[M,1]``)."""
+    """Raise unless ``a_zp`` is int32: per tensor ``[]``/``[1]``/``[1,1]`` or per row ``[M,1]``."""
     if a_zp.dtype != torch.int32:
         raise TypeError(
             f"asic: the activation zero-point must be an int32 tensor, got {_describe(a_zp)}; "
             "convert it with .to(torch.int32)"
         )
     per_tensor = a_zp.dim() == 0 or (a_zp.dim() == 1 and a_zp.shape[0] == 1)
-    per_row = a_zp.dim() == 2 and a_zp.shape[1] == 1 and a_zp.shape[0] == m
+    # [M, 1] per row, or [1, 1] (per tensor, kept 2-D); M first so a symbolic M is not guarded.
+    per_row = a_zp.dim() == 2 and a_zp.shape[1] == 1 and (a_zp.shape[0] == m or a_zp.shape[0] == 1)
     if not (per_tensor or per_row):
         raise ValueError(
-            f"asic: the activation zero-point must have shape [], [1] or [M, 1]=({m}, 1), "
+            f"asic: the activation zero-point must have shape [], [1], [1, 1] or [M, 1]=({m}, 1), "
             f"got {tuple(a_zp.shape)}"
         )
 
@@ -251,7 +252,7 @@ def linear_i32(
 ) -> torch.Tensor:
     """The int32 accumulator ``a_q·w_qᵀ − a_zp·rowsum(w_q) + bias_i32``, shape [M,N], contiguous.
 
-    ``a_zp`` is an int (per tensor) or an int32 tensor ``[]``, ``[1]`` or ``[M,1]`` (per row).
+    ``a_zp`` is an int, or an int32 tensor: ``[]``/``[1]``/``[1,1]`` per tensor, ``[M,1]`` per row.
     The result is exact then wrapped or saturated per ``acc_overflow``; it never aliases an input.
     """
     check_gemm_operands(a_q, w_q, bias_i32)

@@ -7,7 +7,7 @@ AOTAutograd and Inductor trace through it with fake or symbolic shapes (no
 :func:`asic_backend.device.get_device`; pass ``get_device(config).key``.
 
 * ``asic::mm_i32(Tensor a_q, Tensor w_q, Tensor? bias_i32, Tensor a_zp, str device) -> Tensor``:
-  int32 [M,N]; ``a_zp`` is int32, ``[]``/``[1]`` per tensor or ``[M,1]`` per row.
+  int32 [M,N]; ``a_zp`` is int32, ``[]``/``[1]``/``[1,1]`` per tensor or ``[M,1]`` per row.
 * ``asic::linear_requant(Tensor a_q, Tensor w_q, Tensor? bias_i32, int a_zp, Tensor multiplier,
   Tensor shift, int out_zp, int qmin, int qmax, str device) -> Tensor``: int8 [M,N].
 """

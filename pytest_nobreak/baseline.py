@@ -79,9 +79,14 @@ class BaselineError(Exception):
     def __init__(self, path: str | os.PathLike[str], problem: str) -> None:
         self.path = os.fspath(path)
         self.problem = problem
-        super().__init__(
-            f"baseline file {self.path}: {problem}; fix or restore the file, "
-            f"or delete it and re-record with pytest {UPDATE_OPTION}"
+        super().__init__(self.message())
+
+    def message(self, command: str = f"pytest {UPDATE_OPTION}") -> str:
+        """The one line, with ``command`` as the way to re-record (it must name the file when
+        the ini does not)."""
+        return (
+            f"baseline file {self.path}: {self.problem}; fix or restore the file, "
+            f"or delete it and re-record with {command}"
         )
 
 
@@ -158,11 +163,14 @@ class Comparison:
             grouped.setdefault(change.nodeid, []).append(change)
         return {nodeid: tuple(changes) for nodeid, changes in grouped.items()}
 
-    def render_lines(self, *, updating: bool = False) -> list[tuple[str, Style]]:
+    def render_lines(
+        self, *, updating: bool = False, command: str = f"pytest {UPDATE_OPTION}"
+    ) -> list[tuple[str, Style]]:
         """The terminal summary as ``(text, style)`` pairs; empty when there is nothing to say.
 
         ``updating``: the run is rewriting the baseline (``--nobreak-update-baseline``), so the
-        changes are listed as accepted and nothing is red.
+        changes are listed as accepted and nothing is red. ``command`` is the command line the
+        hints tell the user to run: it must name the baseline file when the ini does not.
         """
         if updating:
             return self._render_update()
@@ -174,7 +182,7 @@ class Comparison:
             lines.append(
                 (
                     f"baseline was recorded with {self.version_mismatch}: regressions are "
-                    f"warnings until it is re-recorded with pytest {UPDATE_OPTION}",
+                    f"warnings until it is re-recorded with {command}",
                     "yellow",
                 )
             )
@@ -190,9 +198,9 @@ class Comparison:
         for change in self.improvements:
             lines.append((_line("improved", change.nodeid, change.describe()), "green"))
         if self.regressions or self.missing:
-            hint = f"if this is intended, run pytest {UPDATE_OPTION} to accept"
+            hint = f"if this is intended, run {command} to accept"
         elif self.improvements:
-            hint = f"run pytest {UPDATE_OPTION} to ratchet the baseline down"
+            hint = f"run {command} to ratchet the baseline down"
         else:
             return lines
         lines.append((f"{hint} (rewrites only the tests that ran)", None))

@@ -31,6 +31,7 @@ def workflow_commands(
     comparison: Comparison | None = None,
     *,
     rootdir: str | None = None,
+    update_command: str = f"pytest {UPDATE_OPTION}",
 ) -> list[str]:
     """Workflow commands (``::error ...::msg``) for the breaks and the baseline drift.
 
@@ -38,11 +39,13 @@ def workflow_commands(
     ``error`` when it failed a marked test, ``warning`` when it was only observed. Baseline
     regressions and missing entries are ``error`` when they fail the run and ``warning`` when
     they do not. Paths are made relative to ``workspace`` (``GITHUB_WORKSPACE``) so GitHub can
-    attach them to the diff; test files are taken relative to ``rootdir`` when it is given.
+    attach them to the diff; relative paths (test ids, and break files as the plugin records
+    them) are taken relative to ``rootdir`` when it is given. ``update_command`` is the command
+    the messages tell the user to run to accept a change.
     """
-    lines = _break_annotations(records, workspace)
+    lines = _break_annotations(records, workspace, rootdir)
     if comparison is not None:
-        lines += _baseline_annotations(comparison, workspace, rootdir)
+        lines += _baseline_annotations(comparison, workspace, rootdir, update_command)
     return lines
 
 
@@ -102,6 +105,7 @@ def emit(
     *,
     stream: TextIO,
     rootdir: str | None = None,
+    update_command: str = f"pytest {UPDATE_OPTION}",
 ) -> list[str]:
     """Write the annotations to ``stream`` when ``GITHUB_ACTIONS`` is ``"true"``, and append the
     summary to the file named by ``GITHUB_STEP_SUMMARY`` when it is set.
@@ -113,7 +117,11 @@ def emit(
     problems: list[str] = []
     if env.get("GITHUB_ACTIONS") == "true":
         for line in workflow_commands(
-            records, env.get("GITHUB_WORKSPACE"), comparison, rootdir=rootdir
+            records,
+            env.get("GITHUB_WORKSPACE"),
+            comparison,
+            rootdir=rootdir,
+            update_command=update_command,
         ):
             stream.write(line + "\n")
         stream.flush()
@@ -127,7 +135,9 @@ def emit(
     return problems
 
 
-def _break_annotations(records: Iterable[TestRecord], workspace: str | None) -> list[str]:
+def _break_annotations(
+    records: Iterable[TestRecord], workspace: str | None, rootdir: str | None
+) -> list[str]:
     # A model shared by many tests breaks at the same line in each; GitHub shows only a few
     # annotations per step, so one per distinct break, listing the tests, keeps them all visible.
     found: dict[tuple[str, int, str, str, str, str], tuple[BreakEvent, Level, list[str]]] = {}
@@ -154,13 +164,13 @@ def _break_annotations(records: Iterable[TestRecord], workspace: str | None) -> 
         if event.gb_type:
             title += f": {event.gb_type}"
         message = f"{event.reason or event.gb_type}\n{_tests_phrase(tests)}"
-        path = _relative(event.file, workspace) if event.file else None
+        path = _relative(_under(rootdir, event.file), workspace) if event.file else None
         lines.append(_command(level, message, file=path, line=event.line, title=title))
     return lines
 
 
 def _baseline_annotations(
-    comparison: Comparison, workspace: str | None, rootdir: str | None
+    comparison: Comparison, workspace: str | None, rootdir: str | None, update_command: str
 ) -> list[str]:
     lines = []
     if comparison.version_mismatch is not None:
@@ -168,7 +178,7 @@ def _baseline_annotations(
             _command(
                 "warning",
                 f"The baseline was recorded with {comparison.version_mismatch}; regressions "
-                f"are warnings until it is re-recorded with pytest {UPDATE_OPTION}.",
+                f"are warnings until it is re-recorded with {update_command}.",
                 title="nobreak baseline version",
             )
         )
@@ -190,7 +200,7 @@ def _baseline_annotations(
         lines.append(
             _command(
                 "error" if comparison.strict else "warning",
-                f"{nodeid} has no baseline entry; record it with pytest {UPDATE_OPTION}",
+                f"{nodeid} has no baseline entry; record it with {update_command}",
                 file=_test_file(nodeid, workspace, rootdir),
                 title="not in the nobreak baseline",
             )
@@ -235,10 +245,13 @@ def _relative(path: str, workspace: str | None) -> str:
 
 
 def _test_file(nodeid: str, workspace: str | None, rootdir: str | None) -> str:
-    path = nodeid.split("::", 1)[0]
-    if rootdir is not None:
-        path = os.path.join(rootdir, path)
-    return _relative(path, workspace)
+    return _relative(_under(rootdir, nodeid.split("::", 1)[0]), workspace)
+
+
+def _under(rootdir: str | None, path: str) -> str:
+    # The plugin records test ids and break files relative to the rootdir; GitHub wants them
+    # relative to the workspace, which differs when the project lives in a subdirectory.
+    return path if rootdir is None or os.path.isabs(path) else os.path.join(rootdir, path)
 
 
 def _tests_phrase(tests: list[str]) -> str:

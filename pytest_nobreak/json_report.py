@@ -132,7 +132,9 @@ def read_report(path: str | os.PathLike[str]) -> dict[str, Any] | None:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:  # a directory, a path through a file, no permission
+        raise ReportError(path, f"cannot be read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
         raise ReportError(path, f"cannot be read ({exc})") from None
     try:
         document = json.loads(text)

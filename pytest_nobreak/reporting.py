@@ -2,18 +2,31 @@
 
 Runs only on the xdist controller (or in a serial run), from ``pytest_sessionfinish``. Nothing
 here raises into pytest: a problem with a file is one error line and a non-zero exit status.
+
+Everything written here must come out the same whether the tests ran in this process or on
+xdist workers: the controller never imports torch or runs a test, so versions are read from the
+installed distributions, not from whatever this process happened to import.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import shlex
 import sys
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TextIO
 
 import pytest
 
-from pytest_nobreak.baseline import Baseline, Comparison, compare, updated, write_baseline
+from pytest_nobreak.baseline import (
+    UPDATE_OPTION,
+    Baseline,
+    Comparison,
+    compare,
+    updated,
+    write_baseline,
+)
 from pytest_nobreak.config import NobreakConfig
 from pytest_nobreak.json_report import TestRecord
 from pytest_nobreak.render import KIND_LABELS, short_path
@@ -21,6 +34,69 @@ from pytest_nobreak.render import KIND_LABELS, short_path
 #: pytest's exit status for "some gate failed" (the same as failed tests).
 GATE_FAILED = pytest.ExitCode.TESTS_FAILED
 USAGE_ERROR = pytest.ExitCode.USAGE_ERROR
+
+# Command-line options that change which tests are watched or what their figures are: the
+# command that re-records the baseline must repeat them, or it records other numbers.
+_FIGURE_OPTIONS = (
+    ("--asic-backend", "asic_backend"),
+    ("--asic-device", "asic_device"),
+    ("--nobreak-backend", "nobreak_backend"),
+    ("--nobreak-all", "nobreak_all"),
+)
+
+
+def update_command(config: pytest.Config, settings: NobreakConfig) -> str:
+    """The command that accepts this run's figures into the baseline.
+
+    ``pytest --nobreak-update-baseline`` when the ini names the file; otherwise the command must
+    name it (and repeat the options that change the figures), or it is a usage error.
+    """
+    parts = ["pytest"]
+    if config.getoption("nobreak_baseline", None) is not None and settings.baseline_path:
+        parts += ["--nobreak-baseline", shlex.quote(str(settings.baseline_path))]
+    for flag, dest in _FIGURE_OPTIONS:
+        value = config.getoption(dest, None)
+        if value is True:
+            parts.append(flag)
+        elif isinstance(value, str):
+            parts += [flag, shlex.quote(value)]
+    parts.append(UPDATE_OPTION)
+    return " ".join(parts)
+
+
+def torch_version() -> str:
+    """The installed torch release without its local build tag (``2.13.0``, not ``+cpu``).
+
+    The xdist controller runs no test and has not imported torch; importing it only to read a
+    version would cost seconds, so the distribution's metadata answers instead.
+    """
+    module = sys.modules.get("torch")
+    if module is not None:
+        raw = str(getattr(module, "__version__", "unknown"))
+    else:
+        try:
+            raw = importlib.metadata.version("torch")
+        except importlib.metadata.PackageNotFoundError:  # a source tree on sys.path
+            try:
+                import torch
+            except ImportError:
+                return "unknown"
+            raw = str(torch.__version__)
+    return raw.split("+", 1)[0]
+
+
+def sim_version() -> str | None:
+    """The bundled ASIC simulator's model version, whether or not this run used the backend.
+
+    It belongs to the installation, not to the run: if it depended on what the run imported,
+    a run whose tests stopped reaching the device would see a "version change" and turn its
+    regressions into warnings.
+    """
+    try:
+        from asic_backend import SIM_VERSION
+    except ImportError:
+        return None
+    return SIM_VERSION
 
 
 class SessionReporter:
@@ -30,51 +106,66 @@ class SessionReporter:
         settings: NobreakConfig,
         records: Mapping[str, TestRecord],
         baseline: Baseline | None,
+        *,
+        complete: Iterable[str] | None = None,
     ) -> None:
         self.config = config
         self.settings = settings
         self.records = dict(sorted(records.items()))
+        #: The tests whose body ran to its end; a test that broke off has partial figures.
+        self.complete = set(self.records if complete is None else complete)
         self.baseline = baseline
         self.comparison: Comparison | None = None
+        self.command = update_command(config, settings)
         self.lines: list[tuple[str, str | None]] = []
         self.errors: list[str] = []
 
     # ------------------------------------------------------------------ session end
 
     def finish(self) -> int:
-        """Write files and judge the run; return a non-zero exit status if a gate failed."""
+        """Write files and judge the run; return a non-zero exit status if a gate failed.
+
+        Each step runs even if an earlier one failed (a full disk must not also lose the
+        GitHub annotations), and none raises: an unexpected error is one line and status 1.
+        """
+        steps: list[tuple[Callable[[], int], str]] = [
+            (self._gate_baseline, "check the baseline"),
+            (self._write_json, "write the JSON report"),
+            (self._github, "write the GitHub Actions output"),
+        ]
         status = 0
-        if self.settings.baseline_path is not None and self.records:
-            status |= self._gate_baseline()
-        if self.settings.json_path is not None and self.records:
-            status |= self._write_json()
-        status |= self._github()
+        for step, what in steps:
+            try:
+                status |= step()
+            except Exception as exc:  # a reporting hook must never end in a traceback
+                self.errors.append(f"nobreak: could not {what}: {type(exc).__name__}: {exc}")
+                status |= int(GATE_FAILED)
         return status
-
-    def _asic_sim(self) -> str | None:
-        if "asic_backend" not in sys.modules:
-            return None
-        from asic_backend import SIM_VERSION
-
-        return SIM_VERSION
 
     def _gate_baseline(self) -> int:
         path = self.settings.baseline_path
-        assert path is not None
-        results = {nodeid: r.figures for nodeid, r in self.records.items()}
-        torch, sim = self._torch_version(), self._asic_sim()
+        if path is None:
+            return 0
+        if not self.records:
+            if self.settings.update_baseline:
+                self.lines.append((f"nobreak: no watched test ran; {path} was not written", None))
+            return 0
+        # Only tests that ran to the end: the figures of a test that raised half-way are partial
+        # and would show up as improvements (or be recorded as the new baseline).
+        results = {n: r.figures for n, r in self.records.items() if n in self.complete}
+        torch, sim = torch_version(), sim_version()
         self.comparison = compare(
             self.baseline, results, strict=self.settings.strict, torch=torch, asic_sim=sim
         )
         if self.settings.update_baseline:
             try:
                 write_baseline(path, updated(self.baseline, results, torch, sim))
-            except OSError as exc:
-                self.errors.append(f"nobreak: cannot write baseline {path}: {exc}")
+            except (OSError, UnicodeError) as exc:
+                self.errors.append(f"nobreak: cannot write baseline {path}: {_reason(exc)}")
                 return int(GATE_FAILED)
-            self.lines.extend(self.comparison.render_lines(updating=True))
+            self.lines.extend(self.comparison.render_lines(updating=True, command=self.command))
             return 0
-        self.lines.extend(self.comparison.render_lines())
+        self.lines.extend(self.comparison.render_lines(command=self.command))
         return int(GATE_FAILED) if self.comparison.failed else 0
 
     def _github(self) -> int:
@@ -86,16 +177,10 @@ class SessionReporter:
             os.environ,
             stream=sys.stderr,
             rootdir=str(self.config.rootpath),
+            update_command=self.command,
         )
         self.lines.extend((f"nobreak: {p}", "yellow") for p in problems)
         return 0
-
-    def _torch_version(self) -> str:
-        if "torch" not in sys.modules:
-            return "unknown"
-        from pytest_nobreak._torch_compat import torch_version
-
-        return torch_version()
 
     def _device(self) -> str:
         if not self.settings.asic:
@@ -109,32 +194,48 @@ class SessionReporter:
         from pytest_nobreak.json_report import ReportError, write_report
 
         path = self.settings.json_path
-        assert path is not None
+        if path is None or not self.records:
+            return 0
         try:
             write_report(
                 path,
-                self._torch_version(),
+                torch_version(),
                 self.settings.fixture_backend,
                 self._device(),
                 self.records.values(),
             )
-        except (ReportError, OSError) as exc:
+        except ReportError as exc:
             self.errors.append(f"nobreak: {exc}")
+            return int(GATE_FAILED)
+        except (OSError, UnicodeError) as exc:
+            self.errors.append(f"nobreak: cannot write JSON report {path}: {_reason(exc)}")
             return int(GATE_FAILED)
         self.lines.append((f"nobreak: JSON report written to {path}", None))
         return 0
 
     # ------------------------------------------------------------------ terminal
 
+    def _known(self, record: TestRecord) -> bool:
+        """Whether the baseline already holds exactly this test's figures (nothing new)."""
+        if self.baseline is None or self.comparison is None:
+            return False
+        entry = self.baseline.entries.get(record.nodeid)
+        return entry is not None and entry.as_dict() == record.figures.as_dict()
+
     def terminal_summary(self, terminalreporter: Any) -> None:
         """A section only when there is something to say.
 
         Rows: every watched test with ``-v``; otherwise the tests whose breaks no failure message
-        showed (unmarked under ``--nobreak-all``, or expected failures). Then the baseline verdict
-        and the files written.
+        showed (unmarked under ``--nobreak-all``, tolerated, or expected failures), unless the
+        baseline already records exactly their figures. Then the baseline verdict, the files
+        written and any error.
         """
         verbose = self.config.get_verbosity() > 0
-        rows = [r for r in self.records.values() if verbose or _unshown_breaks(r)]
+        rows = [
+            r
+            for r in self.records.values()
+            if verbose or (_unshown_breaks(r) and not self._known(r))
+        ]
         if not (rows or self.lines or self.errors):
             return
         terminalreporter.write_sep("-", "nobreak compile report")
@@ -145,6 +246,19 @@ class SessionReporter:
             terminalreporter.write_line(text, **({style: True} if style else {}))
         for text in self.errors:
             terminalreporter.write_line(text, red=True, bold=True)
+
+    def print_errors(self, stream: TextIO) -> None:
+        """The error lines, for a run without pytest's terminal reporter."""
+        for text in self.errors:
+            stream.write(text + "\n")
+
+
+def _reason(exc: BaseException) -> str:
+    # "[Errno 21] Is a directory: '/abs/path/.b.json.1a2b.tmp'" names our temporary file, which
+    # the user never asked for; the error's own words are enough next to the path we print.
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc)
 
 
 _COLUMNS = (
@@ -190,7 +304,3 @@ def figures_table(records: list[TestRecord]) -> list[tuple[str, str | None]]:
             label = KIND_LABELS.get(event.kind, event.kind)
             out.append((f"    {label}{gb} at {where}: {event.gb_type}", None))
     return out
-
-
-def rel(path: str) -> str:
-    return short_path(path, os.getcwd()) or path

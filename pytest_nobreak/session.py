@@ -31,8 +31,11 @@ if TYPE_CHECKING:
 MONITOR_KEY = pytest.StashKey[Monitor]()
 OPTIONS_KEY = pytest.StashKey[NoGraphBreakOptions]()
 RECORD_KEY = pytest.StashKey[TestRecord]()
+COMPLETE_KEY = pytest.StashKey[bool]()
 #: Attribute of the call-phase ``TestReport`` carrying the record (JSON, so xdist can ship it).
 REPORT_ATTR = "nobreak_record"
+#: Attribute of the same report: whether the test body ran to its end (its figures are whole).
+COMPLETE_ATTR = "nobreak_complete"
 #: Fixtures whose use makes a test watched even when it is not marked.
 WATCH_FIXTURES = ("nobreak_report", "nobreak_compile", "asic", "asic_benchmark")
 FAIL_TITLE = f"@pytest.mark.{MARKER}: torch.compile did not run as whole graphs"
@@ -51,6 +54,8 @@ class NobreakSession:
         self.config = config
         self.settings = settings
         self.records: dict[str, TestRecord] = {}
+        #: Tests whose body ran to the end: only their figures are compared with the baseline.
+        self.complete: set[str] = set()
         self.reporter: SessionReporter | None = None
         self.baseline = self._load_baseline()
 
@@ -60,10 +65,14 @@ class NobreakSession:
         path = self.settings.baseline_path
         if path is None or is_xdist_worker(self.config):
             return None
+        from pytest_nobreak.reporting import update_command
+
         try:
             return load_baseline(path)
         except BaselineError as exc:
-            raise pytest.UsageError(str(exc)) from None
+            raise pytest.UsageError(
+                exc.message(update_command(self.config, self.settings))
+            ) from None
 
     # ------------------------------------------------------------------ collection
 
@@ -105,12 +114,16 @@ class NobreakSession:
         monitor = item.stash.get(MONITOR_KEY, None)
         if monitor is None:
             return (yield)
+        item.stash[COMPLETE_KEY] = False
         try:
             result = yield
         except BaseException:
             report = monitor.stop()
             self._judge(item, report, test_failed=True)
             raise
+        # The body ran to its end, so its figures are whole and may go into the baseline (the
+        # pytest.fail() that _judge may raise below is a verdict on them, not an interruption).
+        item.stash[COMPLETE_KEY] = True
         report = monitor.stop()
         self._judge(item, report, test_failed=False)
         return result
@@ -164,6 +177,7 @@ class NobreakSession:
         record = item.stash.get(RECORD_KEY, None)
         if record is not None and report.when == "call":
             setattr(report, REPORT_ATTR, record.to_json())
+            setattr(report, COMPLETE_ATTR, item.stash.get(COMPLETE_KEY, False))
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -182,6 +196,10 @@ class NobreakSession:
             figures=record.figures,
             breaks=record.breaks,
         )
+        if getattr(report, COMPLETE_ATTR, False):
+            self.complete.add(report.nodeid)
+        else:  # a rerun that broke off: its earlier, complete figures are not this run's
+            self.complete.discard(report.nodeid)
 
     # ------------------------------------------------------------------ session end
 
@@ -191,10 +209,15 @@ class NobreakSession:
             return
         from pytest_nobreak.reporting import SessionReporter
 
-        self.reporter = SessionReporter(self.config, self.settings, self.records, self.baseline)
+        self.reporter = SessionReporter(
+            self.config, self.settings, self.records, self.baseline, complete=self.complete
+        )
         status = self.reporter.finish()
+        # Keep a worse status pytest already has (failed tests 1, interrupted 2, ...).
         if status and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = status
+        if self.config.pluginmanager.get_plugin("terminalreporter") is None:
+            self.reporter.print_errors(sys.stderr)  # -p no:terminal: the errors still show
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.reporter is not None:

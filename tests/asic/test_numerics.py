@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from asic_backend import numerics
+from asic_backend.numerics import AccOverflow, RequantRounding
 from tests.asic import golden
 
 INT8 = st.integers(-128, 127)
@@ -34,7 +36,7 @@ def i8(rows: list[list[int]], cols: int, *, transposed: bool = False) -> torch.T
     return t.t().contiguous().t() if transposed else t
 
 
-def i32(values: list[int]) -> torch.Tensor:
+def i32(values: list[int] | list[list[int]]) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.int32)
 
 
@@ -44,7 +46,7 @@ class GemmCase:
     a: list[list[int]]
     w: list[list[int]]
     zp: int | list[int]  # a list: one per row
-    zp_as_tensor: bool
+    zp_shape: tuple[int, ...] | None  # a per-tensor zero-point as a tensor of this shape
     bias: list[int] | None
     a_transposed: bool
     w_transposed: bool
@@ -55,12 +57,12 @@ class GemmCase:
         zp: int | torch.Tensor = (
             self.zp if isinstance(self.zp, int) else i32(self.zp).reshape(-1, 1)
         )
-        if self.zp_as_tensor and isinstance(zp, int):
-            zp = torch.tensor(zp, dtype=torch.int32)
+        if self.zp_shape is not None and isinstance(zp, int):
+            zp = torch.full(self.zp_shape, zp, dtype=torch.int32)
         bias = None if self.bias is None else i32(self.bias)
         return a, w, zp, bias
 
-    def golden(self, overflow: str) -> list[list[int]]:
+    def golden(self, overflow: AccOverflow) -> list[list[int]]:
         return golden.linear_i32(self.a, self.w, self.zp, self.bias, overflow)
 
 
@@ -75,16 +77,16 @@ def gemm_case(draw: st.DrawFn, max_dim: int = 6, max_k: int = 12) -> GemmCase:
         a=[[draw(INT8_VALUES) for _ in range(k)] for _ in range(m)],
         w=[[draw(INT8_VALUES) for _ in range(k)] for _ in range(n)],
         zp=[draw(INT8) for _ in range(m)] if zp_kind == "rows" else draw(INT8),
-        zp_as_tensor=draw(st.booleans()),
+        zp_shape=draw(st.sampled_from([None, (), (1,), (1, 1)])),
         bias=draw(st.one_of(st.none(), st.lists(BIAS, min_size=n, max_size=n))),
         a_transposed=draw(st.booleans()),
         w_transposed=draw(st.booleans()),
     )
 
 
-def run_linear_i32(case: GemmCase, overflow: str) -> torch.Tensor:
+def run_linear_i32(case: GemmCase, overflow: AccOverflow) -> torch.Tensor:
     a, w, zp, bias = case.tensors()
-    out = numerics.linear_i32(a, w, zp, bias, overflow)  # type: ignore[arg-type]
+    out = numerics.linear_i32(a, w, zp, bias, overflow)
     assert out.dtype == torch.int32
     assert out.shape == (len(case.a), len(case.w))
     assert out.is_contiguous()
@@ -94,13 +96,13 @@ def run_linear_i32(case: GemmCase, overflow: str) -> torch.Tensor:
 
 @PROPERTY
 @given(case=gemm_case(), overflow=OVERFLOW)
-def test_linear_i32_equals_golden(case: GemmCase, overflow: str) -> None:
+def test_linear_i32_equals_golden(case: GemmCase, overflow: AccOverflow) -> None:
     assert run_linear_i32(case, overflow).tolist() == case.golden(overflow)
 
 
 @settings(max_examples=60, deadline=None)
 @given(case=gemm_case(), overflow=OVERFLOW)
-def test_float64_path_equals_golden(case: GemmCase, overflow: str) -> None:
+def test_float64_path_equals_golden(case: GemmCase, overflow: AccOverflow) -> None:
     # The path taken when K is too large for torch._int_mm, exercised on small shapes.
     with mock.patch.object(numerics, "_int_mm_applies", return_value=False):
         assert run_linear_i32(case, overflow).tolist() == case.golden(overflow)
@@ -108,9 +110,9 @@ def test_float64_path_equals_golden(case: GemmCase, overflow: str) -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(case=gemm_case(), overflow=OVERFLOW)
-def test_gemm_i32_equals_golden(case: GemmCase, overflow: str) -> None:
+def test_gemm_i32_equals_golden(case: GemmCase, overflow: AccOverflow) -> None:
     a, w, _, _ = case.tensors()
-    out = numerics.gemm_i32(a, w, overflow)  # type: ignore[arg-type]
+    out = numerics.gemm_i32(a, w, overflow)
     assert out.tolist() == golden.gemm_i32(case.a, case.w, overflow)
 
 
@@ -158,7 +160,7 @@ def exact_reference(
 
 @pytest.mark.parametrize("overflow", ["wrap", "saturate"])
 @pytest.mark.parametrize("zp_kind", ["none", "int", "rows"])
-def test_overflowing_k_wraps_or_saturates_exactly(overflow: str, zp_kind: str) -> None:
+def test_overflowing_k_wraps_or_saturates_exactly(overflow: AccOverflow, zp_kind: str) -> None:
     a = torch.full((3, BIG_K), -128, dtype=torch.int8)
     a[1] = 127
     a[2, ::2] = 127
@@ -167,15 +169,17 @@ def test_overflowing_k_wraps_or_saturates_exactly(overflow: str, zp_kind: str) -
     w[2, 1::3] = -1
     w[3] = 0
     bias = i32([golden.INT32_MAX, golden.INT32_MIN, 5, -7])
-    zp = {"none": 0, "int": -3, "rows": i32([127, -128, 0]).reshape(3, 1)}[zp_kind]
+    zp: int | torch.Tensor = -3 if zp_kind == "int" else 0
+    if zp_kind == "rows":
+        zp = i32([127, -128, 0]).reshape(3, 1)
     exact = exact_reference(a, w, zp, bias)
     assert any(abs(v) > golden.INT32_MAX for row in exact for v in row)  # the case does overflow
-    out = numerics.linear_i32(a, w, zp, bias, overflow)  # type: ignore[arg-type]
+    out = numerics.linear_i32(a, w, zp, bias, overflow)
     assert out.tolist() == [[golden.narrow(v, overflow) for v in row] for row in exact]
 
 
 @pytest.mark.parametrize("overflow", ["wrap", "saturate"])
-def test_fold_overflow_at_the_largest_fast_k(overflow: str) -> None:
+def test_fold_overflow_at_the_largest_fast_k(overflow: AccOverflow) -> None:
     # The GEMM itself fits int32 (torch._int_mm), but adding the bias and the zero-point does not.
     k = numerics.INT_MM_MAX_K
     a = torch.full((2, k), -128, dtype=torch.int8)
@@ -184,7 +188,7 @@ def test_fold_overflow_at_the_largest_fast_k(overflow: str) -> None:
     bias = i32([20_000, -20_000])
     for zp in (0, 100, i32([100, -100]).reshape(2, 1)):
         exact = exact_reference(a, w, zp, bias)
-        out = numerics.linear_i32(a, w, zp, bias, overflow)  # type: ignore[arg-type]
+        out = numerics.linear_i32(a, w, zp, bias, overflow)
         assert out.tolist() == [[golden.narrow(v, overflow) for v in row] for row in exact]
 
 
@@ -282,13 +286,13 @@ def requant_case(draw: st.DrawFn) -> RequantCase:
 
 @settings(max_examples=200, deadline=None)
 @given(case=requant_case(), rounding=ROUNDING)
-def test_requantize_equals_golden(case: RequantCase, rounding: str) -> None:
+def test_requantize_equals_golden(case: RequantCase, rounding: RequantRounding) -> None:
     acc = i32([v for row in case.acc for v in row]).reshape(-1, case.n)
     mult, shift = i32(case.mult), i32(case.shift)
     if case.scalar_params:
         mult, shift = mult.reshape(()), shift.reshape(())
     args = (case.out_zp, case.qmin, case.qmax)
-    out = numerics.requantize(acc, mult, shift, *args, rounding=rounding)  # type: ignore[arg-type]
+    out = numerics.requantize(acc, mult, shift, *args, rounding=rounding)
     expected = golden.requantize(case.acc, case.mult, case.shift, *args, rounding)
     assert out.dtype == torch.int8
     assert out.tolist() == expected
@@ -297,7 +301,7 @@ def test_requantize_equals_golden(case: RequantCase, rounding: str) -> None:
 @PROPERTY
 @given(case=gemm_case(max_dim=5, max_k=10), overflow=OVERFLOW, rounding=ROUNDING, data=st.data())
 def test_linear_requant_equals_golden(
-    case: GemmCase, overflow: str, rounding: str, data: st.DataObject
+    case: GemmCase, overflow: AccOverflow, rounding: RequantRounding, data: st.DataObject
 ) -> None:
     channels = data.draw(st.sampled_from([1, len(case.w)])) or 1
     reals = data.draw(st.lists(st.floats(1e-6, 2.0), min_size=channels, max_size=channels))
@@ -315,8 +319,8 @@ def test_linear_requant_equals_golden(
         out_zp=out_zp,
         qmin=-128,
         qmax=127,
-        acc_overflow=overflow,  # type: ignore[arg-type]
-        rounding=rounding,  # type: ignore[arg-type]
+        acc_overflow=overflow,
+        rounding=rounding,
     )
     expected = golden.linear_requant(
         case.a,
@@ -361,7 +365,7 @@ def test_requant_is_within_one_lsb_of_the_float_reference() -> None:
             out_zp=zp_y,
             qmin=-128,
             qmax=127,
-            rounding=rounding,  # type: ignore[arg-type]
+            rounding=rounding,
         )
         assert int((y_q.float() - y_ref_q).abs().max()) <= 1
 
@@ -413,7 +417,7 @@ W = torch.zeros(4, 3, dtype=torch.int8)
         (
             {"a_zp": torch.zeros(3, 1, dtype=torch.int32)},
             ValueError,
-            r"shape \[\], \[1\] or \[M, 1\]",
+            r"shape \[\], \[1\], \[1, 1\] or \[M, 1\]",
         ),
         ({"a_zp": 128}, ValueError, r"zero-point 128 is outside int8 \[-128, 127\]; for uint8"),
         (
@@ -430,7 +434,7 @@ W = torch.zeros(4, 3, dtype=torch.int8)
     ],
 )
 def test_linear_i32_rejects_bad_input(kwargs: dict[str, object], exc: type, message: str) -> None:
-    args: dict[str, object] = {
+    args: dict[str, Any] = {
         "a_q": A,
         "w_q": W,
         "a_zp": 0,
@@ -439,7 +443,7 @@ def test_linear_i32_rejects_bad_input(kwargs: dict[str, object], exc: type, mess
     }
     args.update(kwargs)
     with pytest.raises(exc, match=message) as info:
-        numerics.linear_i32(**args)  # type: ignore[arg-type]
+        numerics.linear_i32(**args)
     assert "\n" not in str(info.value)
 
 
@@ -464,7 +468,7 @@ SHIFT = torch.zeros(4, dtype=torch.int32)
     ],
 )
 def test_requantize_rejects_bad_input(kwargs: dict[str, object], exc: type, message: str) -> None:
-    args: dict[str, object] = {
+    args: dict[str, Any] = {
         "acc": ACC,
         "multiplier": MULT,
         "shift": SHIFT,
@@ -475,7 +479,7 @@ def test_requantize_rejects_bad_input(kwargs: dict[str, object], exc: type, mess
     }
     args.update(kwargs)
     with pytest.raises(exc, match=message) as info:
-        numerics.requantize(**args)  # type: ignore[arg-type]
+        numerics.requantize(**args)
     assert "\n" not in str(info.value)
 
 

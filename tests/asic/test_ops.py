@@ -138,7 +138,11 @@ BAD_MM = [
     ((A, W[:, :5], None, ROW_ZP, DEV.key), ValueError, r"inner dimensions differ"),
     ((A, W, BIAS.long(), ROW_ZP, DEV.key), TypeError, r"bias must be an int32 tensor"),
     ((A, W, BIAS[:3], ROW_ZP, DEV.key), ValueError, r"bias must have shape \[N\]=\(10,\)"),
-    ((A, W, None, ROW_ZP[:2], DEV.key), ValueError, r"shape \[\], \[1\] or \[M, 1\]=\(6, 1\)"),
+    (
+        (A, W, None, ROW_ZP[:2], DEV.key),
+        ValueError,
+        r"shape \[\], \[1\], \[1, 1\] or \[M, 1\]=\(6, 1\)",
+    ),
     ((A, W, None, ROW_ZP.to(torch.int8), DEV.key), TypeError, r"zero-point must be an int32"),
     ((A, W, None, ROW_ZP, "tpu_v9"), ValueError, r"ASIC config 'tpu_v9' is neither a preset"),
 ]
@@ -195,7 +199,7 @@ def test_fake_kernel_rejects_bad_input_at_trace_time() -> None:
 def two_layers(key: str) -> Callable[..., torch.Tensor]:
     def f(a: torch.Tensor, zp: torch.Tensor) -> torch.Tensor:
         q = torch.ops.asic.linear_requant(a, W, BIAS, -7, MULT, SHIFT, 3, -128, 127, key)
-        acc = torch.ops.asic.mm_i32(q, W[:, :N].contiguous(), None, zp, key)
+        acc: torch.Tensor = torch.ops.asic.mm_i32(q, W[:, :N].contiguous(), None, zp, key)
         return acc.float() * 0.5
 
     return f
@@ -272,12 +276,12 @@ def test_reset_and_host_fallbacks() -> None:
     snap = dev.snapshot()
     assert (snap.host_fallbacks, snap.dut_ops) == (4, 1)
     assert dev.host_fallback_sites == (site, HostFallback("matmul", "float64 input"))
-    assert devices.all_host_fallbacks()[:2] == list(dev.host_fallback_sites)
+    assert devices.all_host_fallbacks() == list(dev.host_fallback_sites)  # others were reset
     assert devices.total_snapshot().host_fallbacks == 4
     dev.reset()
     assert dev.snapshot() == CounterSnapshot(peak_macs_per_cycle=128 * 128)
-    assert dev.host_fallback_sites == ()
-    assert dev.last_costs == ()
+    assert not dev.host_fallback_sites
+    assert not dev.last_costs
 
 
 def test_cost_history_is_bounded() -> None:

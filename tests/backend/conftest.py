@@ -30,3 +30,11 @@ def device() -> Device:
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def fresh_host_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forget which once-per-process messages the backend has already given."""
+    from asic_backend import backend
+
+    monkeypatch.setattr(backend, "_warned", set())

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -15,7 +17,7 @@ from .models import MLP, assert_close_to_fp32
 
 
 def _run(
-    model: nn.Module, x: torch.Tensor, backend: object = "asic"
+    model: nn.Module, x: torch.Tensor, backend: str | Callable[..., Any] = "asic"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     with torch.no_grad():
         ref = model(x)
@@ -128,9 +130,36 @@ def test_float64_linear_falls_back_counted_with_its_site(device: Device) -> None
     assert site.source == "return self.fc(x)  # the site"
 
 
-def test_linear_modules_called_without_inlining(device: Device) -> None:
-    model, x = MLP(), torch.randn(4, 64)
-    with torch._dynamo.config.patch(inline_inbuilt_nn_modules=False):
-        out, ref = _run(model, x)
+def test_transposed_weights_are_quantized_as_the_parameter(device: Device) -> None:
+    class Views(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(32, 64) / 8)  # [N, K]
+            self.v = nn.Parameter(torch.randn(64, 32) / 8)  # [K, N]
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return (
+                x @ self.w.T
+                + x @ self.w.mT
+                + x @ self.w.permute(1, 0)
+                + x @ torch.transpose(self.w, 0, 1)
+                + x @ self.w.transpose(-1, -2)
+                + x @ self.v.permute(0, 1)  # the identity permutation
+            )
+
+    lowered: list[torch.fx.GraphModule] = []
+
+    def spy(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+        compiled = make_backend()(gm, example_inputs)
+        lowered.append(gm)  # lowered in place
+        return compiled
+
+    out, ref = _run(Views(), torch.randn(4, 64), spy)
     assert_close_to_fp32(out, ref)
-    assert device.snapshot().dut_ops == 2
+    (gm,) = lowered
+    calls = [n for n in gm.graph.nodes if n.target is torch.ops.asic.dyn_linear.default]
+    assert len(calls) == 6
+    # Each weight reaches the op as the parameter itself (cached), with its layout flag.
+    assert all(n.args[1].op == "placeholder" and n.args[4] is True for n in calls)
+    assert [n.args[3] for n in calls] == [False] * 5 + [True]
+    assert device.snapshot().dut_ops == 6

@@ -42,7 +42,9 @@ def test_allowed_break_passes_and_others_still_fail(models: Models) -> None:
         """,
     )
     result.assert_outcomes(passed=2, failed=1)
-    result.stdout.fnmatch_lines(["*2 problems*", "1. graph break GB0059*", "2. graph break GB0124*"])
+    result.stdout.fnmatch_lines(
+        ["*2 problems*", "1. graph break GB0059*", "2. graph break GB0124*"]
+    )
 
 
 def test_max_recompiles_gates_recompiles(models: Models) -> None:

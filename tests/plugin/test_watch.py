@@ -38,7 +38,9 @@ def test_break_raises_graph_break_error_with_the_marker_message() -> None:
         report.check()
     message = str(excinfo.value)
     line = branchy.__code__.co_firstlineno + 1
-    assert message.splitlines()[0].startswith("torch.compile did not run as whole graphs: 1 problem")
+    assert message.splitlines()[0].startswith(
+        "torch.compile did not run as whole graphs: 1 problem"
+    )
     assert f"test_watch.py:{line}  >  if x.sum() > 0:" in message
     assert [b.gb_id for b in excinfo.value.breaks] == ["GB0170"]
     report.check(allow=["GB0170"])  # allowed: no error

@@ -1,0 +1,414 @@
+"""What a run leaves behind: the terminal section, the JSON report, JUnit properties, GitHub
+output, and the errors when a file cannot be written or the options contradict each other.
+
+Inner sessions run in-process (pytester); the environment is shared with them, so the GitHub
+variables are set with ``monkeypatch``.
+"""
+
+from __future__ import annotations
+
+import errno
+import fnmatch
+import json
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from tests.plugin.conftest import Models
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+SUITE = """
+import pytest
+import torch
+
+import models as M
+
+
+@pytest.mark.no_graph_break
+def test_branch():
+    torch.compile(M.data_dependent, backend="eager")(torch.ones(3))
+
+
+@pytest.mark.no_graph_break
+def test_mlp(nobreak_compile):
+    nobreak_compile(M.MLP(), backend="eager")(torch.randn(2, 8))
+
+
+def test_unmarked():
+    torch.compile(M.data_dependent, backend="eager")(torch.ones(3))
+
+
+def test_plain():
+    assert True
+"""
+
+CORE_KEYS = {"outcome", "marked", "graphs", "graph_breaks", "eager_frames", "recompiles", "breaks"}
+
+
+@pytest.fixture(autouse=True)
+def _no_ci_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The outer run may itself be on GitHub: inner runs must not write to its job summary."""
+    for name in ("CI", "GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "GITHUB_WORKSPACE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def run(models: Models, *args: str, suite: str = SUITE) -> pytest.RunResult:
+    models.pytester.makepyfile(test_suite=suite)
+    return models.pytester.runpytest(
+        "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning", *args
+    )
+
+
+def output(result: pytest.RunResult) -> str:
+    return result.stdout.str() + "\n" + result.stderr.str()
+
+
+def assert_no_traceback(result: pytest.RunResult) -> None:
+    text = output(result)
+    for word in ("Traceback", "INTERNALERROR", 'File "'):
+        assert word not in text, text
+
+
+def branch_event(models: Models) -> dict[str, object]:
+    return {
+        "kind": "graph_break",
+        "gb_id": "GB0170",
+        "gb_type": "Data-dependent branching",
+        "file": "models.py",  # relative to the rootdir
+        "line": models.line("branch"),
+        "reason": "Detected data-dependent branching (e.g. `if my_tensor.sum() > 0:`). "
+        "Dynamo does not support tracing dynamic control flow.",
+    }
+
+
+# ---------------------------------------------------------------------- terminal summary
+
+CLEAN = """
+import pytest
+import torch
+
+import models as M
+
+
+@pytest.mark.no_graph_break
+def test_mlp(nobreak_compile):
+    nobreak_compile(M.MLP(), backend="eager")(torch.randn(2, 8))
+
+
+def test_plain():
+    assert True
+"""
+
+
+def test_the_summary_says_nothing_about_a_clean_run(models: Models) -> None:
+    result = run(models, suite=CLEAN)
+    assert result.ret == 0
+    assert "nobreak compile report" not in result.stdout.str()
+
+
+def test_the_summary_lists_every_watched_test_with_v(models: Models) -> None:
+    result = run(models, "-v", suite=CLEAN)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        [
+            "*- nobreak compile report -*",
+            "test *  graphs  breaks   eager  recomp  outcome",
+            "test_suite.py::test_mlp       1       0       0       0  passed",
+        ]
+    )
+    assert "test_suite.py::test_plain " not in result.stdout.str()  # not watched
+
+
+def test_the_summary_shows_breaks_no_failure_message_showed(models: Models) -> None:
+    """The unmarked test's break (under --nobreak-all) is reported; the failed marked test's
+    break is in its failure message already, so it gets no row."""
+    result = run(models, "--nobreak-all")
+    result.assert_outcomes(passed=3, failed=1, warnings=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*- nobreak compile report -*",
+            "test *  outcome",
+            "test_suite.py::test_unmarked       2       1       0       0  passed",
+            f"    graph break GB0170 at {models.where('branch')}: Data-dependent branching",
+        ]
+    )
+    section = result.stdout.str().split("nobreak compile report")[1]
+    assert "test_suite.py::test_branch" not in section.split("short test summary")[0]
+    assert "test_suite.py::test_mlp" not in section
+    assert "::" not in result.stderr.str()  # not on GitHub: no workflow commands
+
+
+# ---------------------------------------------------------------------- JSON and JUnit
+
+
+def test_json_report_and_junit_properties(models: Models) -> None:
+    report = models.pytester.path / "out" / "nobreak.json"
+    # A test from an earlier run that did not run now: its entry is kept, as in the baseline.
+    report.parent.mkdir()
+    earlier = {"outcome": "passed", "marked": True, "graphs": 1, "graph_breaks": 0}
+    earlier |= {"eager_frames": 0, "recompiles": 0, "breaks": []}
+    header = {"version": 1, "torch": "2.13.0", "backend": "inductor", "device": ""}
+    report.write_text(json.dumps({**header, "tests": {"test_gone.py::test_old": earlier}}))
+    result = run(models, "--nobreak-all", "--nobreak-json", "out/nobreak.json", "--junitxml=j.xml")
+    result.assert_outcomes(passed=3, failed=1, warnings=1)
+    result.stdout.fnmatch_lines(["nobreak: JSON report written to out/nobreak.json"])
+
+    text = report.read_text()
+    document = json.loads(text)
+    assert text == json.dumps(document, sort_keys=True, indent=2) + "\n"
+    assert set(document) == {"version", "torch", "backend", "device", "tests"}
+    assert document["version"] == 1
+    assert document["backend"] == "inductor"
+    assert document["device"] == ""
+    import torch
+
+    assert document["torch"] == str(torch.__version__).split("+", 1)[0]
+    tests = document["tests"]
+    assert sorted(tests) == [
+        "test_gone.py::test_old",
+        "test_suite.py::test_branch",
+        "test_suite.py::test_mlp",
+        "test_suite.py::test_plain",
+        "test_suite.py::test_unmarked",
+    ]
+    assert tests["test_gone.py::test_old"] == earlier
+    for entry in tests.values():
+        assert set(entry) == CORE_KEYS  # no "asic" key: no test reached the simulator
+    figures = {"eager_frames": 0, "recompiles": 0}
+    assert tests["test_suite.py::test_branch"] == {
+        "outcome": "failed",
+        "marked": True,
+        "graphs": 2,
+        "graph_breaks": 1,
+        **figures,
+        "breaks": [branch_event(models)],
+    }
+    assert tests["test_suite.py::test_unmarked"] == {
+        **tests["test_suite.py::test_branch"],
+        "outcome": "passed",
+        "marked": False,
+    }
+    assert tests["test_suite.py::test_mlp"] == {
+        "outcome": "passed",
+        "marked": True,
+        "graphs": 1,
+        "graph_breaks": 0,
+        **figures,
+        "breaks": [],
+    }
+    assert tests["test_suite.py::test_plain"]["graphs"] == 0
+
+    # The same figures, as properties of each test case in the JUnit XML.
+    root = ET.parse(models.pytester.path / "j.xml").getroot()
+    properties = {
+        case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
+        for case in root.iter("testcase")
+    }
+    assert properties["test_branch"] == {
+        "nobreak_graphs": "2",
+        "nobreak_graph_breaks": "1",
+        "nobreak_eager_frames": "0",
+        "nobreak_recompiles": "0",
+    }
+    assert properties["test_mlp"]["nobreak_graphs"] == "1"
+    assert properties["test_plain"]["nobreak_graphs"] == "0"
+
+
+ASIC_SUITE = """
+import pytest
+import torch
+from torch import nn
+
+
+@pytest.mark.no_graph_break
+def test_linear(nobreak_compile):
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    with torch.no_grad():
+        nobreak_compile(model)(torch.randn(2, 8))
+"""
+
+
+def test_asic_figures_in_the_json_and_the_baseline(models: Models) -> None:
+    """Under --asic-backend the device figures join the report and the baseline; a slower
+    device is a cycles regression, and the accept command keeps the options that made it."""
+    args = ("--asic-backend", "--nobreak-json", "r.json", "--nobreak-baseline", "b.json")
+    result = run(models, *args, "--nobreak-update-baseline", suite=ASIC_SUITE)
+    assert result.ret == 0, result.stdout.str()
+    document = json.loads((models.pytester.path / "r.json").read_text())
+    assert document["backend"] == "asic"
+    assert document["device"] == "default"
+    entry = document["tests"]["test_suite.py::test_linear"]
+    assert set(entry) == {*CORE_KEYS, "asic"}
+    assert set(entry["asic"]) == {"dut_ops", "host_fallbacks", "macs", "cycles"}
+    assert entry["asic"]["dut_ops"] == 2
+    assert entry["asic"]["host_fallbacks"] == 0
+    recorded = json.loads((models.pytester.path / "b.json").read_text())
+    assert recorded["tests"]["test_suite.py::test_linear"] == {
+        "graphs": 1,
+        "graph_breaks": 0,
+        "eager_frames": 0,
+        "recompiles": 0,
+        **entry["asic"],
+    }
+
+    # A 16x16 array needs more cycles for the same GEMMs than the default 128x128 one.
+    result = run(models, *args, "--asic-device", "gemmini", suite=ASIC_SUITE)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(
+        [
+            f"REGRESSION test_suite.py::test_linear  cycles {entry['asic']['cycles']} -> *",
+            "if this is intended, run pytest --nobreak-baseline b.json --asic-backend "
+            "--asic-device gemmini --nobreak-update-baseline to accept *",
+        ]
+    )
+
+
+# ---------------------------------------------------------------------- GitHub Actions
+
+
+def test_github_annotations_and_step_summary(
+    models: Models, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(models.pytester.path.parent))
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = run(models, "--nobreak-all")
+    result.assert_outcomes(passed=3, failed=1, warnings=1)
+    line = models.line("branch")
+    here = models.pytester.path.name  # the rootdir, one level below the workspace
+    # One annotation per distinct break, at the model's line, naming both tests; an error
+    # because it failed the marked one.
+    annotations = [text for text in result.stderr.lines if text.startswith("::")]
+    assert annotations == [
+        f"::error file={here}/models.py,line={line},"
+        "title=graph break GB0170%3A Data-dependent branching::Detected data-dependent "
+        "branching (e.g. `if my_tensor.sum() > 0:`). Dynamo does not support tracing dynamic "
+        "control flow.%0Ain 2 tests: test_suite.py::test_branch, test_suite.py::test_unmarked"
+    ]
+    text = summary.read_text()
+    assert text.startswith("earlier step\n### pytest-nobreak\n")  # appended, not replaced
+    assert "| `test_suite.py::test_branch` | 2 | 1 | 0 | 0 | – | – | failed |" in text
+    assert "| `test_suite.py::test_mlp` | 1 | 0 | 0 | 0 | – | – | passed |" in text
+    assert text.count("### pytest-nobreak") == 1
+
+
+# ---------------------------------------------------------------------- errors
+
+
+def test_an_unwritable_json_path_is_one_line(models: Models) -> None:
+    models.pytester.makefile(".txt", afile="not a directory")
+    result = run(models, "--nobreak-json", "afile.txt/r.json", suite=CLEAN)
+    assert result.ret == 1  # the tests passed; the report could not be written
+    result.assert_outcomes(passed=2)
+    errors = [line for line in output(result).splitlines() if "nobreak: " in line]
+    assert errors == [
+        "nobreak: JSON report afile.txt/r.json: cannot be read (Not a directory); "
+        "delete it or pass another --nobreak-json path"
+    ]
+    assert_no_traceback(result)
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", "{not json"], ids=["not-a-report", "invalid"])
+def test_a_json_path_holding_something_else_is_left_alone(models: Models, content: str) -> None:
+    path = models.pytester.path / "r.json"
+    path.write_text(content)
+    result = run(models, "--nobreak-json", "r.json", suite=CLEAN)
+    assert result.ret == 1
+    errors = [line for line in output(result).splitlines() if "nobreak: " in line]
+    assert len(errors) == 1
+    assert errors[0].startswith("nobreak: JSON report r.json: ")
+    assert path.read_text() == content
+    assert_no_traceback(result)
+
+
+def test_an_unwritable_baseline_is_one_line(models: Models) -> None:
+    models.pytester.makefile(".txt", afile="not a directory")
+    result = run(
+        models,
+        "--nobreak-baseline",
+        "afile.txt/b.json",
+        "--nobreak-update-baseline",
+        suite=CLEAN,
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    lines = [line for line in output(result).splitlines() if line.strip()]
+    assert lines == [
+        "ERROR: baseline file afile.txt/b.json: cannot be read (Not a directory); fix or "
+        "restore the file, or delete it and re-record with pytest --nobreak-baseline "
+        "afile.txt/b.json --nobreak-update-baseline"
+    ]
+
+
+def test_a_baseline_that_cannot_be_written_is_one_line(
+    models: Models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk at the end of the run: one line, and the old file as it was."""
+    path = models.pytester.path / "b.json"
+    result = run(models, "--nobreak-baseline", "b.json", "--nobreak-update-baseline", suite=CLEAN)
+    assert result.ret == 0
+    recorded = path.read_bytes()
+
+    def full_disk(target: object, text: str) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("pytest_nobreak.baseline.write_atomic", full_disk)
+    result = run(models, "--nobreak-baseline", "b.json", "--nobreak-update-baseline", suite=CLEAN)
+    assert result.ret == 1
+    errors = [line for line in output(result).splitlines() if "nobreak: " in line]
+    assert errors == ["nobreak: cannot write baseline b.json: No space left on device"]
+    assert path.read_bytes() == recorded
+    assert_no_traceback(result)
+
+
+def test_a_crash_in_one_report_is_one_line_and_the_others_still_run(
+    models: Models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object, **kwargs: object) -> list[str]:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("pytest_nobreak.github.emit", broken)
+    result = run(models, "--nobreak-json", "r.json", suite=CLEAN)
+    assert result.ret == 1
+    result.assert_outcomes(passed=2)
+    errors = [line for line in output(result).splitlines() if "nobreak: " in line]
+    assert errors == [
+        "nobreak: JSON report written to r.json",
+        "nobreak: could not write the GitHub Actions output: RuntimeError: boom",
+    ]
+    assert json.loads((models.pytester.path / "r.json").read_text())["tests"]
+    assert_no_traceback(result)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("--nobreak-update-baseline",),
+            "ERROR: --nobreak-update-baseline needs a baseline file: pass --nobreak-baseline "
+            "PATH or set nobreak_baseline in the ini file.",
+        ),
+        (
+            ("--asic-backend", "--nobreak-backend", "inductor"),
+            "ERROR: --asic-backend and --nobreak-backend inductor contradict each other: pass "
+            "only one of them.",
+        ),
+        (
+            ("--nobreak-backend", "no_such_backend"),
+            "ERROR: --nobreak-backend no_such_backend: unknown torch.compile backend; known: *",
+        ),
+    ],
+    ids=["update-without-baseline", "asic-and-inductor", "unknown-backend"],
+)
+def test_bad_option_combinations_are_a_usage_error(
+    models: Models, args: tuple[str, ...], message: str
+) -> None:
+    result = run(models, *args, suite=CLEAN)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    lines = [line for line in output(result).splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    assert fnmatch.fnmatchcase(lines[0], message), lines[0]
