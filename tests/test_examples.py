@@ -1,4 +1,4 @@
-"""The README's main job: the example suite under ``--asic-backend`` exits 0 and shows its report."""
+"""The README's main job: the example suite under --asic-backend exits 0 and shows its report."""
 
 from __future__ import annotations
 

@@ -151,7 +151,5 @@ def test_bad_device_is_a_usage_error(models: Models) -> None:
     result = models.pytester.runpytest(*QUIET, "--asic-backend", "--asic-device", "tpu_v9")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        [
-            "ERROR: --asic-device: ASIC config 'tpu_v9' is neither a preset (default, gemmini, tpu_v1)*"
-        ]
+        ["ERROR: --asic-device: ASIC config 'tpu_v9' is neither a preset (default, *) nor a*"]
     )
