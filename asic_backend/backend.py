@@ -27,7 +27,14 @@ from torch import fx
 
 from asic_backend.config import AsicConfig
 from asic_backend.device import Device, get_device
-from asic_backend.lowering import POLICIES, LoweringOptions, LoweringSummary, Policy, lower
+from asic_backend.lowering import (
+    POLICIES,
+    LoweringOptions,
+    LoweringSummary,
+    Policy,
+    lower,
+    lower_aten,
+)
 
 log = logging.getLogger(__name__)
 
@@ -116,26 +123,44 @@ class AsicBackend:
         )
         summary = lower(gm, options)
         _log_summary(summary)
-        return self._host(gm, example_inputs)
+        # Only graphs with opaque regions need the second, aten-level pass.
+        return self._host(gm, example_inputs, options if summary.regions else None)
 
-    def _host(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledFn:
+    def _host(
+        self,
+        gm: fx.GraphModule,
+        example_inputs: Sequence[Any],
+        aten_pass: LoweringOptions | None = None,
+    ) -> CompiledFn:
+        from torch._dynamo.backends.debugging import boxed_nop
+
         if self.host == "inductor":
-            from torch._inductor.compile_fx import compile_fx
+            from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
-            compiled: Any = compile_fx(gm, list(example_inputs))
+            inner = compile_fx_inner if aten_pass is None else _after(aten_pass, compile_fx_inner)
+            compiled: Any = compile_fx(gm, list(example_inputs), inner_compile=inner)
             return cast(CompiledFn, compiled)
         from torch._dynamo.backends.common import aot_autograd
-        from torch._dynamo.backends.debugging import boxed_nop
         from torch._functorch.partitioners import min_cut_rematerialization_partition
 
         compiler = aot_autograd(
-            fw_compiler=boxed_nop,
+            fw_compiler=boxed_nop if aten_pass is None else _after(aten_pass, boxed_nop),
             bw_compiler=boxed_nop,
             partition_fn=min_cut_rematerialization_partition,
             keep_inference_input_mutations=True,
         )
         result: CompiledFn = compiler(gm, example_inputs)
         return result
+
+
+def _after(options: LoweringOptions, compiler: Callable[..., Any]) -> Callable[..., Any]:
+    """``compiler``, preceded by the aten-level lowering of the tagged regions."""
+
+    def compile_lowered(gm: fx.GraphModule, example_inputs: Any, **kwargs: Any) -> Any:
+        _log_summary(lower_aten(gm, options))
+        return compiler(gm, example_inputs, **kwargs)
+
+    return compile_lowered
 
 
 def _autograd_live(example_inputs: Sequence[Any]) -> bool:

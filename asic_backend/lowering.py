@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 import torch
 from torch import fx
+from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
@@ -37,6 +38,18 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from asic_backend import quant_ops
 from asic_backend.device import HostFallback
 from asic_backend.numerics import INT8_MAX, INT8_MIN
+
+__all__ = [
+    "POLICIES",
+    "REGION_KEY",
+    "LoweringOptions",
+    "LoweringSummary",
+    "NotConvertedError",
+    "Policy",
+    "lower",
+    "lower_aten",
+    "reject_unconverted",
+]
 
 Policy = Literal["dynamic", "none"]
 POLICIES: tuple[str, ...] = ("dynamic", "none")
@@ -75,6 +88,8 @@ class LoweringSummary:
 
     dut: list[str] = dataclasses.field(default_factory=list)
     host: list[HostFallback] = dataclasses.field(default_factory=list)
+    #: Opaque calls tagged for :func:`lower_aten` (their GEMMs appear only in the aten graph).
+    regions: int = 0
 
 
 def lower(gm: fx.GraphModule, options: LoweringOptions) -> LoweringSummary:
@@ -87,6 +102,10 @@ def lower(gm: fx.GraphModule, options: LoweringOptions) -> LoweringSummary:
         kind = _kind(node)
         if kind == "linear":
             _lower_linear(ctx, node)
+        elif kind == "region":
+            _tag_region(ctx, node)
+        elif kind == "fused":
+            _fused_fastpath(ctx, node)
         elif kind is not None:
             _lower_matmul(ctx, node, kind)
     gm.graph.lint()
@@ -290,10 +309,24 @@ _BY_METHOD = {
 }
 
 
+#: Torch functions Dynamo keeps as one opaque call although their bodies hold linears and batched
+#: matmuls. AOTAutograd traces those bodies, so their GEMMs are lowered on the aten graph.
+_REGIONS: frozenset[Any] = frozenset({torch.nn.functional.multi_head_attention_forward})
+#: Fused C++ inference fast paths, and how many linears each runs where the DUT cannot see them.
+_FUSED: dict[Any, int] = {
+    torch._transformer_encoder_layer_fwd: 4,
+    torch._native_multi_head_attention: 2,
+}
+
+
 def _kind(node: fx.Node) -> str | None:
     if node.op == "call_function":
         if node.target in _LINEAR:
             return "linear"
+        if node.target in _REGIONS:
+            return "region"
+        if node.target in _FUSED:
+            return "fused"
         return _BY_TARGET.get(node.target)
     if node.op == "call_method":
         return _BY_METHOD.get(str(node.target))
@@ -649,7 +682,7 @@ def _lower_matmul(ctx: _Ctx, node: fx.Node, kind: str) -> None:
         return
     if kind == "addmm":
         bias, a, b = _arg(node, 0, "input"), _arg(node, 1, "mat1"), _arg(node, 2, "mat2")
-        if _arg(node, 3, "beta", 1) != 1 or _arg(node, 4, "alpha", 1) != 1:
+        if _scaled(node, 3):
             if ctx.options.quantize == "dynamic":
                 ctx.host(node, a, "addmm with alpha/beta != 1 is not lowered to the DUT")
             return
@@ -721,13 +754,115 @@ def _lower_vector_matmul(ctx: _Ctx, node: fx.Node, a: fx.Node, b: fx.Node) -> No
     ctx.replace(node, out, "matrix-vector matmul -> asic::dyn_linear")
 
 
-# Public for the backend's autograd check and tests.
-__all__ = [
-    "POLICIES",
-    "LoweringOptions",
-    "LoweringSummary",
-    "NotConvertedError",
-    "Policy",
-    "lower",
-    "reject_unconverted",
-]
+# -- opaque regions and fused fast paths -------------------------------------------------------
+
+#: The ``node.meta["custom"]`` key that marks a region; AOTAutograd copies ``custom`` metadata
+#: onto every aten node it traces out of the tagged call.
+REGION_KEY = "asic_region"
+
+
+def _tag_region(ctx: _Ctx, node: fx.Node) -> None:
+    if ctx.options.quantize == "none" and ctx.options.matmul == "none":
+        return
+    node.meta["custom"] = {**(node.meta.get("custom") or {}), REGION_KEY: _op_name(node)}
+    ctx.summary.regions += 1
+
+
+def _fused_fastpath(ctx: _Ctx, node: fx.Node) -> None:
+    x = node.args[0]
+    if ctx.options.quantize == "none" or not isinstance(x, fx.Node):
+        return
+    ctx.host(
+        node,
+        x,
+        f"PyTorch's fused inference fast path ({_op_name(node)}) runs its "
+        f"{_FUSED[node.target]} linears on the host: call "
+        "torch.backends.mha.set_fastpath_enabled(False) to run them on the DUT",
+    )
+
+
+# -- the aten graph of tagged regions ----------------------------------------------------------
+
+_ATEN_TRANSPOSE: frozenset[Any] = frozenset({_aten.t.default, _aten.permute.default})
+
+
+def lower_aten(gm: fx.GraphModule, options: LoweringOptions) -> LoweringSummary:
+    """Lower the ``mm``/``addmm``/``bmm``/``baddbmm`` that AOTAutograd traced out of the regions
+    :func:`lower` tagged (e.g. ``F.multi_head_attention_forward``), in place, on the aten graph."""
+    ctx = _Ctx(gm, options)
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or REGION_KEY not in (node.meta.get("custom") or {}):
+            continue
+        if node.target in (_aten.mm.default, _aten.addmm.default):
+            _lower_aten_mm(ctx, node)
+        elif node.target in (_aten.bmm.default, _aten.baddbmm.default):
+            _lower_aten_bmm(ctx, node)
+    gm.graph.lint()
+    gm.recompile()
+    return ctx.summary
+
+
+def _aten_gemm_ok(a: Any, b: Any) -> bool:
+    if not (isinstance(a, fx.Node) and isinstance(b, fx.Node)):
+        return False
+    if _dtype(a) not in quant_ops.FLOAT_DTYPES or _dtype(b) != _dtype(a):
+        return False
+    return not bool(statically_known_true(_val(b).shape[-2] == 1))  # outer products stay
+
+
+def _scaled(node: fx.Node, first: int) -> bool:
+    """Whether an ``addmm``/``baddbmm`` has ``beta``/``alpha`` other than 1."""
+    beta, alpha = _arg(node, first, "beta", 1), _arg(node, first + 1, "alpha", 1)
+    return bool(beta != 1 or alpha != 1)
+
+
+def _lower_aten_mm(ctx: _Ctx, node: fx.Node) -> None:
+    if ctx.options.quantize == "none":
+        return
+    addmm = node.target is _aten.addmm.default
+    bias, a, b = (node.args[0], node.args[1], node.args[2]) if addmm else (None, *node.args[:2])
+    if (addmm and _scaled(node, 3)) or not _aten_gemm_ok(a, b):
+        return
+    assert isinstance(b, fx.Node)
+    base, transposed = b, True  # a @ B with B [K, N] is linear(a, Bᵀ)
+    if b.target in _ATEN_TRANSPOSE and _ndim(b.args[0]) == 2:
+        dims = _int_dims(b.args[1:])
+        if dims in ([], [1, 0], [-1, -2]):
+            base, transposed = b.args[0], False  # type: ignore[assignment]
+    args = (a, base, bias, transposed, _is_graph_input(base), ctx.options.device)
+    _emit_aten(ctx, node, _ops.dyn_linear.default, args, "aten linear -> asic::dyn_linear")
+
+
+def _lower_aten_bmm(ctx: _Ctx, node: fx.Node) -> None:
+    if ctx.options.matmul == "none":
+        return
+    baddbmm = node.target is _aten.baddbmm.default
+    a, b = node.args[1:3] if baddbmm else node.args[:2]
+    if (baddbmm and _scaled(node, 3)) or not _aten_gemm_ok(a, b):
+        return
+    g = ctx.graph
+    with g.inserting_before(node):
+        out = g.call_function(_ops.dyn_matmul.default, (a, b, ctx.options.device))
+        out.meta["val"] = _fake_run(out)
+        if baddbmm:
+            out = g.call_function(_aten.add.Tensor, (node.args[0], out))
+            out.meta["val"] = _fake_run(out)
+    ctx.replace(node, out, "aten bmm -> asic::dyn_matmul")
+
+
+def _emit_aten(ctx: _Ctx, node: fx.Node, op: Any, args: tuple[Any, ...], what: str) -> None:
+    with ctx.graph.inserting_before(node):
+        new = ctx.graph.call_function(op, args)
+    new.meta["val"] = _fake_run(new)
+    ctx.replace(node, new, what)
+
+
+def _fake_run(node: fx.Node) -> Any:
+    """The fake value of a new aten node (inductor reads ``meta["val"]`` of every node)."""
+    args, kwargs = torch.utils._pytree.tree_map_only(
+        fx.Node, lambda n: n.meta["val"], (node.args, node.kwargs)
+    )
+    mode = detect_fake_mode(torch.utils._pytree.tree_leaves((args, kwargs)))
+    assert mode is not None
+    with mode:
+        return node.target(*args, **kwargs)  # type: ignore[operator]
