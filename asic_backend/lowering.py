@@ -11,10 +11,12 @@ pass (``torch/_inductor/fx_passes/quantization.py``) matches later. In order:
 3. TorchAO ``Int8Tensor`` / ``IntxUnpackedToInt8Tensor`` linears → ``asic::dyn_qlinear``;
 4. float linears and linear-like matmuls (``addmm``/``mm``/``matmul`` by a 2-D operand, e.g.
    GPT-2's ``Conv1D``) → ``asic::dyn_linear`` unless ``quantize="none"``;
-5. activation x activation ``matmul``/``bmm`` → ``asic::dyn_matmul`` unless ``matmul="none"``.
+5. activation x activation ``matmul``/``bmm`` → ``asic::dyn_matmul`` unless ``matmul="none"``;
+6. calls Dynamo keeps opaque (``F.multi_head_attention_forward``) are tagged, and
+   :func:`lower_aten` lowers the GEMMs AOTAutograd traces out of them on the aten graph.
 
-Anything the DUT cannot take (dtype, grouping, …) stays on the host behind an
-``asic::host_fallback`` marker, which counts it on every run, with the user's ``file:line``.
+Anything the DUT cannot take (dtype, grouping, a fused C++ fast path, …) stays on the host behind
+an ``asic::host_fallback`` marker, which counts it on every run, with the user's ``file:line``.
 
 >>> summary = lower(gm, LoweringOptions(device="default"))   # gm: a Dynamo GraphModule
 >>> summary.dut, summary.host                                  # what went where, and why

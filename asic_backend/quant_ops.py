@@ -223,7 +223,8 @@ def dyn_qlinear(
         per_tensor=not act_per_token,
     )
     xq = quantize_rows(x2, scale, zp, act_qmin, act_qmax)
-    acc = run_mm_i32(xq, w_q, a_zp=0 if act_symmetric else zp, device=get_device(device))
+    a_zp = 0 if act_symmetric else (zp if act_per_token else zp.reshape(1))
+    acc = run_mm_i32(xq, w_q, a_zp=a_zp, device=get_device(device))
     work = torch.float32 if scale.dtype == torch.float16 else scale.dtype
     y = (acc.to(work) * scale.to(work)).to(out_dtype) * w_scale.flatten()
     if bias is not None:

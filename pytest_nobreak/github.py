@@ -164,7 +164,7 @@ def _break_annotations(
         if event.gb_type:
             title += f": {event.gb_type}"
         message = f"{event.reason or event.gb_type}\n{_tests_phrase(tests)}"
-        path = _relative(_under(rootdir, event.file), workspace) if event.file else None
+        path = _relative(event.file, workspace, rootdir) if event.file else None
         lines.append(_command(level, message, file=path, line=event.line, title=title))
     return lines
 
@@ -230,10 +230,20 @@ def _escape_property(text: str) -> str:
     return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def _relative(path: str, workspace: str | None) -> str:
-    # Paths outside the workspace (site-packages) are left absolute: GitHub cannot attach them
-    # to the diff anyway, and "../../.." would only hide where they are.
-    if not workspace or not os.path.isabs(path):
+def _relative(path: str, workspace: str | None, rootdir: str | None = None) -> str:
+    """``path`` as GitHub wants it: relative to the workspace.
+
+    The plugin records test ids and break files relative to the rootdir, which differs from the
+    workspace when the project lives in a subdirectory of the repository; without a workspace
+    (not on Actions) they stay as recorded. Paths outside the workspace (site-packages) stay
+    absolute: GitHub cannot attach them to the diff anyway, and "../../.." would only hide
+    where they are.
+    """
+    if not workspace:
+        return path.replace(os.sep, "/")
+    if rootdir is not None and not os.path.isabs(path):
+        path = os.path.join(rootdir, path)
+    if not os.path.isabs(path):
         return path.replace(os.sep, "/")
     try:
         relative = os.path.relpath(path, workspace)
@@ -245,13 +255,7 @@ def _relative(path: str, workspace: str | None) -> str:
 
 
 def _test_file(nodeid: str, workspace: str | None, rootdir: str | None) -> str:
-    return _relative(_under(rootdir, nodeid.split("::", 1)[0]), workspace)
-
-
-def _under(rootdir: str | None, path: str) -> str:
-    # The plugin records test ids and break files relative to the rootdir; GitHub wants them
-    # relative to the workspace, which differs when the project lives in a subdirectory.
-    return path if rootdir is None or os.path.isabs(path) else os.path.join(rootdir, path)
+    return _relative(nodeid.split("::", 1)[0], workspace, rootdir)
 
 
 def _tests_phrase(tests: list[str]) -> str:

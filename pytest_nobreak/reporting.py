@@ -171,9 +171,12 @@ class SessionReporter:
     def _github(self) -> int:
         from pytest_nobreak.github import emit
 
+        # While updating, nothing about the baseline fails or needs doing: "not in the baseline,
+        # record it" would be wrong about tests this very run is recording.
+        comparison = None if self.settings.update_baseline else self.comparison
         problems = emit(
             list(self.records.values()),
-            self.comparison,
+            comparison,
             os.environ,
             stream=sys.stderr,
             rootdir=str(self.config.rootpath),

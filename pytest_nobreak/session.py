@@ -104,7 +104,16 @@ class NobreakSession:
         if self._watched(item):
             monitor = Monitor(reset=True)
             item.stash[MONITOR_KEY] = monitor
-            monitor.start()
+            try:
+                from pytest_nobreak._torch_compat import TorchCompatError
+
+                monitor.start()
+            except (ImportError, TorchCompatError) as exc:
+                # One line for the whole run, not a traceback per test.
+                message = (
+                    str(exc) if isinstance(exc, TorchCompatError) else f"pytest-nobreak: {exc}"
+                )
+                pytest.exit(message, returncode=pytest.ExitCode.USAGE_ERROR)
         _quiet_trace_logger()
         return (yield)
 

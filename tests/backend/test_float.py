@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +17,7 @@ from .models import MLP, assert_close_to_fp32
 
 
 def _run(
-    model: nn.Module, x: torch.Tensor, backend: str | Callable[..., Any] = "asic"
+    model: Callable[..., torch.Tensor], x: torch.Tensor, backend: str | Callable[..., Any] = "asic"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     with torch.no_grad():
         ref = model(x)
@@ -163,3 +163,42 @@ def test_transposed_weights_are_quantized_as_the_parameter(device: Device) -> No
     assert all(n.args[1].op == "placeholder" and n.args[4] is True for n in calls)
     assert [n.args[3] for n in calls] == [False] * 5 + [True]
     assert device.snapshot().dut_ops == 6
+
+
+@pytest.fixture
+def no_mha_fastpath() -> Iterator[None]:
+    enabled = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    yield
+    torch.backends.mha.set_fastpath_enabled(enabled)
+
+
+def test_multihead_attention_runs_on_the_dut(device: Device) -> None:
+    # Dynamo keeps F.multi_head_attention_forward as one call: its GEMMs are lowered on the aten
+    # graph. need_weights + a mask takes the bmm / baddbmm path (not SDPA).
+    mha = nn.MultiheadAttention(64, 4, batch_first=True).eval()
+    mask = torch.triu(torch.full((16, 16), float("-inf")), 1)
+    x = torch.randn(2, 16, 64)
+    out, ref = _run(lambda x: mha(x, x, x, need_weights=True, attn_mask=mask)[0], x)
+    assert_close_to_fp32(out, ref)
+    # in-proj + out-proj, and QK^T, AV per (batch 2 x heads 4)
+    assert (device.snapshot().dut_ops, device.snapshot().host_fallbacks) == (2 + 2 * 8, 0)
+
+
+@pytest.mark.usefixtures("no_mha_fastpath")
+def test_transformer_encoder_runs_on_the_dut(device: Device) -> None:
+    layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
+    encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    out, ref = _run(encoder, torch.randn(2, 16, 64))
+    assert_close_to_fp32(out, ref)
+    assert (device.snapshot().dut_ops, device.snapshot().host_fallbacks) == (2 * 4, 0)
+
+
+def test_fused_fast_path_is_a_counted_fallback_with_the_fix(device: Device) -> None:
+    layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
+    encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    out, ref = _run(encoder, torch.randn(2, 16, 64))
+    torch.testing.assert_close(out, ref)
+    assert (device.snapshot().dut_ops, device.snapshot().host_fallbacks) == (0, 2)
+    (site,) = device.host_fallback_sites
+    assert "torch.backends.mha.set_fastpath_enabled(False)" in site.reason

@@ -139,3 +139,33 @@ def test_prepared_but_not_converted_pt2e_is_a_hard_error() -> None:
     with torch.no_grad(), pytest.raises(torch._dynamo.exc.BackendCompilerFailed) as info:
         torch.compile(prepared, backend="asic")(x)
     assert "run model = convert_pt2e(model)" in str(info.value)
+
+
+class Fan(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(64, 32)
+        self.b = nn.Linear(64, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(x)
+        return self.a(h) + self.b(h)
+
+
+def test_multi_user_dequantize(device: Device) -> None:
+    # convert_pt2e gives each linear its own dequantize; a graph that shares one (as inductor's
+    # dequant promotion undoes) must still put both linears on the DUT.
+    x = torch.randn(8, 64)
+    converted = _convert(Fan(), "x86_static", x)
+    first, second = (
+        n for n in _qd_nodes(converted, "dequantize_per_tensor") if len(n.args[0].users) == 2
+    )
+    second.replace_all_uses_with(first)
+    converted.graph.erase_node(second)
+    converted.recompile()
+    assert len(first.users) == 2
+    with torch.no_grad():
+        out = torch.compile(converted, backend="asic", fullgraph=True)(x)
+        ref = converted(x)
+    assert rel_err(out, ref) < 1e-5
+    assert (device.snapshot().dut_ops, device.snapshot().host_fallbacks) == (2, 0)

@@ -400,3 +400,36 @@ def test_a_plain_run_without_watched_tests_does_not_import_torch(pytester: pytes
     )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:benchmark")
     result.assert_outcomes(passed=1)
+
+
+def test_a_torch_without_the_needed_apis_is_one_clear_error(
+    models: Models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch._dynamo
+
+    from pytest_nobreak import _torch_compat
+
+    monkeypatch.delattr(torch._dynamo, "error_on_graph_break")
+    _torch_compat.check_torch.cache_clear()
+    try:
+        with pytest.raises(_torch_compat.TorchCompatError) as excinfo:
+            _torch_compat.check_torch()
+        assert str(excinfo.value) == (
+            f"pytest-nobreak cannot watch torch.compile on torch {torch.__version__}: missing "
+            "torch._dynamo.error_on_graph_break. Supported: torch>=2.9 (tested on 2.13)."
+        )
+        result = run(
+            models,
+            test_old="""
+            import pytest
+
+            @pytest.mark.no_graph_break
+            def test_marked():
+                pass
+            """,
+        )
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stdout.fnmatch_lines(["*Exit: pytest-nobreak cannot watch torch.compile on torch *"])
+    finally:
+        monkeypatch.undo()
+        _torch_compat.check_torch.cache_clear()

@@ -11,6 +11,7 @@ import json
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -148,7 +149,9 @@ class Project:
         self.monkeypatch.setenv("NB_MODE", mode)
         if xdist:
             return self.pytester.runpytest_subprocess("-n", "2", *COMMON, *args)
-        return self.pytester.runpytest(*COMMON, *args)
+        # no_reraise_ctrlc: an inner KeyboardInterrupt is the case under test, not the user
+        # interrupting the outer run.
+        return self.pytester.runpytest(*COMMON, *args, no_reraise_ctrlc=True)
 
     def github(self, name: str) -> Path:
         """Turn on GitHub output for the next run, into a fresh step summary file."""
@@ -163,8 +166,8 @@ class Project:
         log.unlink(missing_ok=True)
         return lines
 
-    def read_json(self, name: str) -> dict[str, object]:
-        document: dict[str, object] = json.loads((self.path / name).read_text())
+    def read_json(self, name: str) -> dict[str, Any]:
+        document: dict[str, Any] = json.loads((self.path / name).read_text())
         return document
 
 
@@ -201,7 +204,9 @@ def report_section(result: pytest.RunResult) -> list[str]:
 def junit_properties(path: Path) -> dict[str, dict[str, str]]:
     root = ET.parse(path).getroot()
     return {
-        str(case.get("name")): {str(p.get("name")): str(p.get("value")) for p in case.iter("property")}
+        str(case.get("name")): {
+            str(p.get("name")): str(p.get("value")) for p in case.iter("property")
+        }
         for case in root.iter("testcase")
     }
 
@@ -240,7 +245,7 @@ def test_xdist_gives_the_serial_outcomes_messages_and_files(project: Project) ->
         result.assert_outcomes(passed=5, failed=2, warnings=1)
         assert_no_traceback(result)
     report = project.read_json("serial-r.json")
-    assert {k: v["outcome"] for k, v in report["tests"].items()} == {  # type: ignore[attr-defined]
+    assert {k: v["outcome"] for k, v in report["tests"].items()} == {
         f"test_x.py::{name}": outcome for name, outcome in OUTCOMES.items()
     }
 
@@ -291,14 +296,14 @@ def test_xdist_gives_the_serial_outcomes_messages_and_files(project: Project) ->
 
 def inflated_baseline(project: Project) -> dict[str, dict[str, int]]:
     """A recorded baseline whose every entry has 5 graphs too many, so updated entries show."""
-    assert project.run("--nobreak-all", "--nobreak-baseline=b.json", "--nobreak-update-baseline",
-                       xdist=False).ret == 1  # fmt: skip
-    document = json.loads((project.path / "b.json").read_text())
-    true: dict[str, dict[str, int]] = document["tests"]
-    for entry in document["tests"].values():
+    args = ("--nobreak-all", "--nobreak-baseline=b.json", "--nobreak-update-baseline")
+    assert project.run(*args, xdist=False).ret == 1  # the two failing marked tests
+    true: dict[str, dict[str, int]] = project.read_json("b.json")["tests"]
+    inflated = project.read_json("b.json")
+    for entry in inflated["tests"].values():
         entry["graphs"] += 5
-    (project.path / "b.json").write_text(json.dumps(document))
-    return json.loads(json.dumps(true))  # type: ignore[no-any-return]
+    (project.path / "b.json").write_text(json.dumps(inflated))
+    return true
 
 
 def earlier_report(project: Project) -> dict[str, object]:
@@ -327,11 +332,9 @@ def test_a_keyboard_interrupt_loses_nothing(project: Project) -> None:
     ran = {f"test_x.py::{name}" for name in ("test_branch", "test_seed", "test_allowed")}
     assert entries == {nodeid: (true if nodeid in ran else before)[nodeid] for nodeid in before}
 
-    report = project.read_json("r.json")
-    assert report["tests"] == {  # type: ignore[comparison-overlap]
-        "gone.py::t": gone,
-        **{nodeid: report["tests"][nodeid] for nodeid in ran},  # type: ignore[index]
-    }
+    tests = project.read_json("r.json")["tests"]
+    assert set(tests) == {"gone.py::t", *ran}
+    assert tests["gone.py::t"] == gone
 
 
 def test_an_xdist_run_stopped_by_x_loses_nothing(project: Project) -> None:
@@ -354,8 +357,7 @@ def test_an_xdist_run_stopped_by_x_loses_nothing(project: Project) -> None:
     assert set(entries) == set(before)
     for nodeid, figures in entries.items():
         assert figures in (before[nodeid], true[nodeid]), nodeid
-    report = project.read_json("r.json")
-    tests: dict[str, dict[str, object]] = report["tests"]  # type: ignore[assignment]
+    tests = project.read_json("r.json")["tests"]
     assert tests["gone.py::t"] == gone
     failed = [nodeid for nodeid, entry in tests.items() if entry["outcome"] == "failed"]
     assert failed  # the test that stopped the run is in the report...
