@@ -41,6 +41,12 @@ OPTIONS = (
         "file (default: $ASIC_BACKEND_CONFIG or 'default')",
     ),
     Option(
+        "--asic-roofline",
+        "nobreak_asic_roofline",
+        "path",
+        "write an SVG roofline of the simulated device(s), one point per benchmarked layer",
+    ),
+    Option(
         "--nobreak-backend",
         "nobreak_backend",
         "string",
@@ -124,6 +130,7 @@ class NobreakConfig:
     update_baseline: bool = False
     strict: bool = False
     backend_explicit: bool = False
+    roofline_path: Path | None = None
 
     @property
     def fixture_backend(self) -> str:
@@ -178,4 +185,5 @@ class NobreakConfig:
             update_baseline=update,
             strict=_env_is_ci(os.environ) if strict is None else bool(strict),
             backend_explicit=backend is not None,
+            roofline_path=path("--asic-roofline"),
         )

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_nobreak.benchmark import BenchmarkPlugin, asic_benchmark
 from pytest_nobreak.config import ASIC_BACKEND, NobreakConfig, add_options
 from pytest_nobreak.fixtures import CONFIG_KEY, asic, nobreak_compile, nobreak_report
 from pytest_nobreak.markers import MARKER_DOC
@@ -20,9 +21,10 @@ from pytest_nobreak.session import NobreakSession
 if TYPE_CHECKING:
     from asic_backend.config import AsicConfig
 
-__all__ = ["asic", "nobreak_compile", "nobreak_report"]
+__all__ = ["asic", "asic_benchmark", "nobreak_compile", "nobreak_report"]
 
 SESSION_PLUGIN_NAME = "nobreak-session"
+BENCHMARK_PLUGIN_NAME = "nobreak-benchmark"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -38,6 +40,7 @@ def pytest_configure(config: pytest.Config) -> None:
         _check_asic_device(settings.asic_device)
     config.stash[CONFIG_KEY] = settings
     config.pluginmanager.register(NobreakSession(config, settings), SESSION_PLUGIN_NAME)
+    config.pluginmanager.register(BenchmarkPlugin(config, settings), BENCHMARK_PLUGIN_NAME)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

@@ -33,7 +33,6 @@ from pytest_nobreak.render import KIND_LABELS, short_path
 
 #: pytest's exit status for "some gate failed" (the same as failed tests).
 GATE_FAILED = pytest.ExitCode.TESTS_FAILED
-USAGE_ERROR = pytest.ExitCode.USAGE_ERROR
 
 # Command-line options that change which tests are watched or what their figures are: the
 # command that re-records the baseline must repeat them, or it records other numbers.
@@ -53,7 +52,7 @@ def update_command(config: pytest.Config, settings: NobreakConfig) -> str:
     """
     parts = ["pytest"]
     if config.getoption("nobreak_baseline", None) is not None and settings.baseline_path:
-        parts += ["--nobreak-baseline", shlex.quote(str(settings.baseline_path))]
+        parts += ["--nobreak-baseline", shlex.quote(display_path(settings.baseline_path))]
     for flag, dest in _FIGURE_OPTIONS:
         value = config.getoption(dest, None)
         if value is True:
@@ -62,6 +61,15 @@ def update_command(config: pytest.Config, settings: NobreakConfig) -> str:
             parts += [flag, shlex.quote(value)]
     parts.append(UPDATE_OPTION)
     return " ".join(parts)
+
+
+def display_path(path: os.PathLike[str] | str) -> str:
+    """``path`` as the user should read it: relative to the working directory when below it.
+
+    Files are opened by their absolute path (a test may change directory), but an ini path is
+    resolved against the rootdir and would otherwise be printed in full.
+    """
+    return short_path(os.fspath(path)) or os.fspath(path)
 
 
 def torch_version() -> str:
@@ -146,9 +154,10 @@ class SessionReporter:
         path = self.settings.baseline_path
         if path is None:
             return 0
+        shown = display_path(path)
         if not self.records:
             if self.settings.update_baseline:
-                self.lines.append((f"nobreak: no watched test ran; {path} was not written", None))
+                self.lines.append((f"nobreak: no watched test ran; {shown} was not written", None))
             return 0
         # Only tests that ran to the end: the figures of a test that raised half-way are partial
         # and would show up as improvements (or be recorded as the new baseline).
@@ -161,7 +170,7 @@ class SessionReporter:
             try:
                 write_baseline(path, updated(self.baseline, results, torch, sim))
             except (OSError, UnicodeError) as exc:
-                self.errors.append(f"nobreak: cannot write baseline {path}: {_reason(exc)}")
+                self.errors.append(f"nobreak: cannot write baseline {shown}: {_reason(exc)}")
                 return int(GATE_FAILED)
             self.lines.extend(self.comparison.render_lines(updating=True, command=self.command))
             return 0
@@ -199,6 +208,7 @@ class SessionReporter:
         path = self.settings.json_path
         if path is None or not self.records:
             return 0
+        shown = display_path(path)
         try:
             write_report(
                 path,
@@ -208,12 +218,12 @@ class SessionReporter:
                 self.records.values(),
             )
         except ReportError as exc:
-            self.errors.append(f"nobreak: {exc}")
+            self.errors.append(f"nobreak: {ReportError(shown, exc.problem)}")
             return int(GATE_FAILED)
         except (OSError, UnicodeError) as exc:
-            self.errors.append(f"nobreak: cannot write JSON report {path}: {_reason(exc)}")
+            self.errors.append(f"nobreak: cannot write JSON report {shown}: {_reason(exc)}")
             return int(GATE_FAILED)
-        self.lines.append((f"nobreak: JSON report written to {path}", None))
+        self.lines.append((f"nobreak: JSON report written to {shown}", None))
         return 0
 
     # ------------------------------------------------------------------ terminal

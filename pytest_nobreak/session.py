@@ -65,13 +65,14 @@ class NobreakSession:
         path = self.settings.baseline_path
         if path is None or is_xdist_worker(self.config):
             return None
-        from pytest_nobreak.reporting import update_command
+        from pytest_nobreak.reporting import display_path, update_command
 
         try:
             return load_baseline(path)
         except BaselineError as exc:
+            shown = BaselineError(display_path(path), exc.problem)
             raise pytest.UsageError(
-                exc.message(update_command(self.config, self.settings))
+                shown.message(update_command(self.config, self.settings))
             ) from None
 
     # ------------------------------------------------------------------ collection

@@ -22,6 +22,7 @@ from torchao.quantization import (
     MappingType,
     PerAxis,
     PerGroup,
+    PerTensor,
     quantize_,
 )
 from torchao.quantization.qat import IntxFakeQuantizeConfig, QATConfig
@@ -71,8 +72,23 @@ def ptq_int8_symmetric() -> nn.Module:
     return model
 
 
+def ptq_int8_per_tensor_asymmetric() -> nn.Module:
+    model = MLP()
+    config = Int8DynamicActivationInt8WeightConfig(
+        granularity=PerTensor(), act_mapping_type=MappingType.ASYMMETRIC
+    )
+    quantize_(model, config)
+    return model
+
+
 @pytest.mark.parametrize(
-    "build", [qat_int8_then_int8_dynamic, qat_intx_int8_per_axis, ptq_int8_symmetric]
+    "build",
+    [
+        qat_int8_then_int8_dynamic,
+        qat_intx_int8_per_axis,
+        ptq_int8_symmetric,
+        ptq_int8_per_tensor_asymmetric,
+    ],
 )
 def test_converted_models_run_on_the_dut_and_match_torchao(
     device: Device, build: Callable[[], nn.Module]
@@ -167,3 +183,17 @@ def test_prepared_model_still_trains_on_the_host(device: Device) -> None:
         compiled(torch.randn(4, 64)).sum().backward()
     assert model.fc1.weight.grad is not None
     assert device.snapshot().dut_ops == 0
+
+
+def test_dynamic_batch_does_not_recompile(device: Device) -> None:
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    model = qat_int8_then_int8_dynamic()
+    counter = CompileCounterWithBackend("asic")
+    compiled = torch.compile(model, backend=counter, dynamic=True, fullgraph=True)
+    with torch.no_grad():
+        for batch in (3, 5, 17):
+            x = torch.randn(batch, 64)
+            assert rel_err(compiled(x), model(x)) < TORCHAO_REL_TOL
+    assert counter.frame_count == 1
+    assert device.snapshot().dut_ops == 2 * 3

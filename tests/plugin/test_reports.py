@@ -11,6 +11,7 @@ import errno
 import fnmatch
 import json
 import os
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -421,3 +422,37 @@ def test_bad_option_combinations_are_a_usage_error(
     lines = [line for line in output(result).splitlines() if line.strip()]
     assert len(lines) == 1, lines
     assert fnmatch.fnmatchcase(lines[0], message), lines[0]
+
+
+# ---------------------------------------------------------------------- docs/ci.md
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "ci.md"
+
+
+def test_the_ci_guide_workflow_and_options_are_real() -> None:
+    """docs/ci.md stays true: its workflow parses, and every option and ini key it names exists."""
+    yaml = pytest.importorskip("yaml")
+    from pytest_nobreak.config import OPTIONS
+
+    text = DOCS.read_text()
+    [block] = re.findall(r"```yaml\n(.*?)```", text, flags=re.DOTALL)
+    workflow = yaml.safe_load(block)
+    steps = workflow["jobs"]["nobreak"]["steps"]
+    assert all("uses" in step or "run" in step for step in steps)
+    commands = " ".join(step.get("run", "") for step in steps)
+    assert "pytest -n 2 --nobreak-baseline tests/nobreak-baseline.json" in " ".join(
+        commands.split()
+    )
+
+    flags = {option.flag for option in OPTIONS} | {"--no-nobreak-strict"}
+    inis = {option.ini for option in OPTIONS if option.ini}
+    named = set(re.findall(r"(?<![\w-])(--(?:nobreak|asic|no-nobreak)[\w-]*)", text))
+    assert named, "the guide names no option?"
+    assert named <= flags, named - flags
+    # The options table: | `--flag ARG` | `ini_key` | what it does |, with the right ini keys.
+    row = r"^\| `(--[\w-]+)[^`]*`(?: / `--[\w-]+`)? \| (?:`(\w+)`)? *\|"
+    table = dict(re.findall(row, text, flags=re.MULTILINE))
+    assert table == {o.flag: o.ini or "" for o in OPTIONS if o.flag in table}
+    gate = {"--nobreak-baseline", "--nobreak-update-baseline", "--nobreak-strict", "--nobreak-json"}
+    assert gate | {"--nobreak-all", "--asic-backend", "--nobreak-backend"} <= set(table)
+    assert set(re.findall(r"^(\w+) = ", text, re.M)) <= inis  # the pyproject snippet

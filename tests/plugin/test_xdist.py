@@ -118,6 +118,9 @@ OUTCOMES = {
 }
 FAIL_TITLE = "@pytest.mark.no_graph_break: torch.compile did not run as whole graphs"
 COMMON = ("-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning")
+# Plugins of the outer environment these runs do not need; hypothesis alone takes a second to
+# import in each of the three processes of an xdist run.
+UNUSED_PLUGINS = ("-p", "no:benchmark", "-p", "no:hypothesispytest", "-p", "no:anyio")
 
 
 @pytest.fixture(autouse=True)
@@ -148,7 +151,7 @@ class Project:
     def run(self, *args: str, xdist: bool, mode: str = "base") -> pytest.RunResult:
         self.monkeypatch.setenv("NB_MODE", mode)
         if xdist:
-            return self.pytester.runpytest_subprocess("-n", "2", *COMMON, *args)
+            return self.pytester.runpytest_subprocess("-n", "2", *COMMON, *UNUSED_PLUGINS, *args)
         # no_reraise_ctrlc: an inner KeyboardInterrupt is the case under test, not the user
         # interrupting the outer run.
         return self.pytester.runpytest(*COMMON, *args, no_reraise_ctrlc=True)
