@@ -360,16 +360,22 @@ def _lower_linear(ctx: _Ctx, node: fx.Node) -> None:
 
 
 def _float_unsupported(x: fx.Node, w: fx.Node) -> str | None:
-    xd, wd = _dtype(x), _dtype(w)
-    if xd not in quant_ops.FLOAT_DTYPES or wd != xd:
-        got = f"{xd}" if xd == wd else f"{xd} x {wd}"
-        return (
-            f"{got} operands: the DUT path quantizes float32/bfloat16/float16 only "
-            "(cast the layer to float32 to run it on the DUT)"
-        )
-    if _ndim(w) != 2:
+    """Why a float linear cannot run as dynamic int8 on the DUT (None: it can)."""
+    reason = _dtype_unsupported(x, w)
+    if reason is None and _ndim(w) != 2:
         return f"a {_ndim(w)}-D weight: the DUT takes 2-D [out_features, in_features] weights"
-    return None
+    return reason
+
+
+def _dtype_unsupported(a: fx.Node, b: fx.Node) -> str | None:
+    ad, bd = _dtype(a), _dtype(b)
+    if ad in quant_ops.FLOAT_DTYPES and bd == ad:
+        return None
+    got = f"{ad}" if ad == bd else f"{ad} x {bd}"
+    return (
+        f"{got} operands: the DUT path quantizes float32/bfloat16/float16 only "
+        "(cast to float32 to run it on the DUT)"
+    )
 
 
 _TRANSPOSE_FUNCTIONS: frozenset[Any] = frozenset(
@@ -706,7 +712,7 @@ def _lower_matmul(ctx: _Ctx, node: fx.Node, kind: str) -> None:
     k = _val(b).shape[-2 if b_nd >= 2 else 0]
     if statically_known_true(k == 1):  # no guard on a dynamic K
         return  # K == 1 is an outer product (e.g. rotary angles): no GEMM, and int8 would ruin it
-    reason = _float_unsupported_pair(a, b)
+    reason = _dtype_unsupported(a, b)
     if reason is not None:
         ctx.host(node, a, reason)
         return
@@ -722,17 +728,6 @@ def _lower_matmul(ctx: _Ctx, node: fx.Node, kind: str) -> None:
     with ctx.graph.inserting_before(node):
         new = ctx.graph.call_function(_ops.dyn_matmul.default, (a, b, ctx.options.device))
     ctx.replace(node, new, f"{kind} -> asic::dyn_matmul")
-
-
-def _float_unsupported_pair(a: fx.Node, b: fx.Node) -> str | None:
-    ad, bd = _dtype(a), _dtype(b)
-    if ad not in quant_ops.FLOAT_DTYPES or bd != ad:
-        got = f"{ad}" if ad == bd else f"{ad} x {bd}"
-        return (
-            f"{got} operands: the DUT path quantizes float32/bfloat16/float16 only "
-            "(cast to float32 to run it on the DUT)"
-        )
-    return None
 
 
 def _lower_vector_matmul(ctx: _Ctx, node: fx.Node, a: fx.Node, b: fx.Node) -> None:

@@ -60,7 +60,7 @@ MISSING_BENCHMARK = (
 )
 #: Attribute of the call report carrying the test's roofline points (JSON, so xdist ships it).
 ROOFLINE_ATTR = "nobreak_roofline"
-#: Default timed rounds of ``asic_benchmark``; its other defaults are ``pedantic``'s.
+#: Default timed rounds of ``asic_benchmark`` (after one warm-up round, by default).
 DEFAULT_ROUNDS = 5
 #: Ops per MAC, as the cycle model counts them (``GemmCost.arithmetic_intensity``).
 OPS_PER_MAC = 2
@@ -261,15 +261,19 @@ class AsicBenchmark:
                 pytrace=False,
             )
         self.benchmark.extra_info.update(figures.extra_info())
-        self._item.stash[_POINTS_KEY] = _roofline_payload(
-            figures.gemms,
-            self.label or self._item.originalname,  # type: ignore[attr-defined]
-        )
+        name = self.label or _test_name(self._item)
+        self._item.stash[_POINTS_KEY] = _roofline_payload(figures.gemms, name)
         return result
 
 
 def _name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+def _test_name(item: pytest.Item) -> str:
+    """The test function's name, without the parameter ids."""
+    name: str = getattr(item, "originalname", item.name)
+    return name
 
 
 @pytest.fixture
@@ -346,8 +350,7 @@ class BenchmarkPlugin:
         if _POINTS_KEY not in item.stash:
             gemms = _State.capture(import_backend=False).new_gemms(before)
             if gemms:
-                name: str = getattr(item, "originalname", item.name)
-                item.stash[_POINTS_KEY] = _roofline_payload(gemms, name)
+                item.stash[_POINTS_KEY] = _roofline_payload(gemms, _test_name(item))
         return result
 
     @pytest.hookimpl(wrapper=True)
@@ -393,7 +396,8 @@ class BenchmarkPlugin:
 
         roofs: dict[str, Roof] = {}
         points: dict[tuple[Any, ...], Point] = {}
-        for payload in self.payloads.values():
+        # By nodeid, so the colours and numbers do not depend on xdist's scheduling.
+        for _, payload in sorted(self.payloads.items()):
             for key, roof in payload["roofs"].items():
                 roofs.setdefault(key, Roof(key, **roof))
             for p in payload["points"]:
@@ -401,9 +405,9 @@ class BenchmarkPlugin:
                 points.setdefault(dataclasses.astuple(point), point)
         if not roofs:  # nothing benchmarked on the DUT: still draw the session's device
             roofs = _session_roof(self.settings)
-        ordered = [roofs[k] for k in sorted(roofs, key=lambda k: roofs[k].peak_ops_per_s)]
-        return render_svg(ordered, list(points.values())), len(points), len(ordered)
+        return render_svg(list(roofs.values()), list(points.values())), len(points), len(roofs)
 
+    @pytest.hookimpl(trylast=True)  # after pytest-benchmark's table, next to the file it drew
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         for text, error in self.lines:
             terminalreporter.write_line(text, **({"red": True, "bold": True} if error else {}))

@@ -4,8 +4,8 @@ Runs only on the xdist controller (or in a serial run), from ``pytest_sessionfin
 here raises into pytest: a problem with a file is one error line and a non-zero exit status.
 
 Everything written here must come out the same whether the tests ran in this process or on
-xdist workers: the controller never imports torch or runs a test, so versions are read from the
-installed distributions, not from whatever this process happened to import.
+xdist workers: the controller runs no test and usually has not imported torch, so versions are
+read from the installed distributions, not from whatever this process happened to import.
 """
 
 from __future__ import annotations
@@ -174,7 +174,18 @@ class SessionReporter:
                 return int(GATE_FAILED)
             self.lines.extend(self.comparison.render_lines(updating=True, command=self.command))
             return 0
-        self.lines.extend(self.comparison.render_lines(command=self.command))
+        if self.baseline is None and results:
+            # No file yet: one line, not one "missing" line per test of the suite.
+            strict = self.settings.strict
+            why = " (strict: the run fails)" if strict else ""
+            self.lines.append(
+                (
+                    f"nobreak: no baseline file {shown} yet{why}; record it with {self.command}",
+                    "red" if strict else "yellow",
+                )
+            )
+        else:
+            self.lines.extend(self.comparison.render_lines(command=self.command))
         return int(GATE_FAILED) if self.comparison.failed else 0
 
     def _github(self) -> int:

@@ -21,8 +21,8 @@ def _fresh_dynamo() -> Iterator[None]:
 
 @pytest.fixture
 def device() -> Device:
-    """The default preset's device, as ``backend="asic"`` uses it, with zeroed counters."""
-    dev = get_device("default")
+    """The device ``backend="asic"`` uses ($ASIC_BACKEND_CONFIG or the default preset), zeroed."""
+    dev = get_device()
     dev.reset()
     return dev
 

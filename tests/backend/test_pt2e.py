@@ -21,6 +21,9 @@ from torchao.testing.pt2e._xnnpack_quantizer import (
     get_symmetric_quantization_config,
 )
 
+# The testing copy of XNNPACKQuantizer warns that the real one moved to ExecuTorch.
+pytestmark = pytest.mark.filterwarnings("ignore:XNNPACKQuantizer is deprecated:UserWarning")
+
 QUANTIZERS: dict[str, Callable[[], Any]] = {
     "x86_static": lambda: xiq.X86InductorQuantizer().set_global(
         xiq.get_default_x86_inductor_quantization_config()

@@ -115,6 +115,7 @@ def test_symmetric_int8_is_bit_exact_in_bfloat16(device: Device) -> None:
     assert device.snapshot().dut_ops == 2
 
 
+@pytest.mark.filterwarnings("ignore:Int8Tensor does not implement _stable_hash_for_caching")
 def test_inductor_host(device: Device) -> None:
     model = qat_int8_then_int8_dynamic()
     x = torch.randn(8, 64)

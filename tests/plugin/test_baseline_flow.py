@@ -8,7 +8,9 @@ between two CI runs would switch it. The environment is shared with in-process r
 
 from __future__ import annotations
 
+import fnmatch
 import json
+from collections.abc import Callable
 
 import pytest
 
@@ -133,6 +135,17 @@ def assert_no_traceback(result: pytest.RunResult) -> None:
         assert word not in text, text
 
 
+def torch_release() -> str:
+    import torch
+
+    return str(torch.__version__).split("+", 1)[0]
+
+
+def matches(text: str, pattern: str) -> bool:
+    """fnmatch with ``*`` only: the messages hold ``[`` and ``]`` literally."""
+    return fnmatch.fnmatchcase(text, pattern.replace("[", "[[]"))
+
+
 def test_record_pass_regress_improve(flow: Flow) -> None:
     """The story of the issue, on one baseline file that no step but the first writes."""
     # Record: sorted JSON, integers only, a header naming torch and the simulator.
@@ -206,12 +219,6 @@ def test_record_pass_regress_improve(flow: Flow) -> None:
     assert flow.baseline.read_text() == text
 
 
-def torch_release() -> str:
-    import torch
-
-    return str(torch.__version__).split("+", 1)[0]
-
-
 def test_update_rewrites_only_the_tests_that_ran(flow: Flow) -> None:
     flow.baseline.write_text(recorded_text())
     result = flow.run("-k", "test_unmarked or test_recompiles", UPDATE, mode="regress")
@@ -273,6 +280,19 @@ def test_a_new_test_and_strict_mode(
     assert flow.baseline.read_text() == recorded_text()
 
 
+def test_no_baseline_file_yet_is_one_line(flow: Flow) -> None:
+    """A first CI run before anyone recorded: one line with the command, not one per test."""
+    result = flow.run(ci="true")
+    assert result.ret == 1
+    lines = [line for line in result.stdout.lines if line.startswith("nobreak: no baseline")]
+    assert lines == [
+        "nobreak: no baseline file b.json yet (strict: the run fails); record it with "
+        "pytest --nobreak-baseline b.json --nobreak-update-baseline"
+    ]
+    assert "MISSING" not in result.stdout.str()
+    assert not flow.baseline.exists()
+
+
 def recorded_text(torch: str | None = None) -> str:
     """What recording the base mode writes, built directly, so most cases need no recording run."""
     entries = {f"test_flow.py::{name}": Figures(**BASE[name]) for name in TESTS}
@@ -304,7 +324,7 @@ def _set_graphs(text: str, value: str) -> str:
     return text.replace('"graphs": 2', f'"graphs": {value}', 1)
 
 
-CORRUPTIONS = {
+CORRUPTIONS: dict[str, tuple[Callable[[str], str], str]] = {
     "invalid-json": (lambda t: t[: len(t) // 2], "is not valid JSON: *"),
     "float": (lambda t: _set_graphs(t, "1.5"), '*figure "graphs" is 1.5, not an integer >= 0*'),
     "negative": (lambda t: _set_graphs(t, "-1"), '*figure "graphs" is -1, not an integer >= 0*'),
@@ -338,18 +358,12 @@ def test_a_broken_baseline_is_one_line_and_stays_untouched(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     lines = [line for line in output(result).splitlines() if line.strip()]
     assert len(lines) == 1, lines
-    assert _matches(
+    assert matches(
         lines[0],
         f"ERROR: baseline file b.json: {problem}; fix or restore the file, or delete it and "
         "re-record with pytest --nobreak-baseline b.json --nobreak-update-baseline",
     ), lines[0]
     assert flow.baseline.read_bytes() == broken.encode()
-
-
-def _matches(text: str, pattern: str) -> bool:
-    import fnmatch
-
-    return fnmatch.fnmatchcase(text, pattern.replace("[", "[[]"))
 
 
 def test_a_directory_as_the_baseline_path(flow: Flow) -> None:

@@ -214,7 +214,7 @@ def junit_properties(path: Path) -> dict[str, dict[str, str]]:
     }
 
 
-def annotations(result: pytest.RunResult) -> list[str]:
+def workflow_lines(result: pytest.RunResult) -> list[str]:
     return sorted(line for line in result.stderr.lines if line.startswith("::"))
 
 
@@ -260,6 +260,13 @@ def test_xdist_gives_the_serial_outcomes_messages_and_files(project: Project) ->
     assert failure_messages(xdist) == messages
 
     # The same files: JSON report, baseline (byte for byte), JUnit properties, GitHub output.
+    # The controller never imports torch, yet its headers name the release that ran the tests.
+    import torch
+
+    release = str(torch.__version__).split("+", 1)[0]
+    assert project.read_json("xdist-b.json")["torch"] == release
+    assert project.read_json("xdist-b.json")["asic_sim"] == "1"
+    assert project.read_json("xdist-r.json")["torch"] == release
     assert project.read_json("xdist-r.json") == report
     assert (project.path / "xdist-b.json").read_bytes() == (
         project.path / "serial-b.json"
@@ -267,8 +274,8 @@ def test_xdist_gives_the_serial_outcomes_messages_and_files(project: Project) ->
     assert junit_properties(project.path / "xdist-j.xml") == junit_properties(
         project.path / "serial-j.xml"
     )
-    assert annotations(xdist) == annotations(serial)
-    assert any(line.startswith("::error file=models.py,line=") for line in annotations(serial))
+    assert workflow_lines(xdist) == workflow_lines(serial)
+    assert any(line.startswith("::error file=models.py,line=") for line in workflow_lines(serial))
     assert xdist_summary.read_text() == serial_summary.read_text()
     assert serial_summary.read_text().count("### pytest-nobreak") == 1
 

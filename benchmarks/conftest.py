@@ -1,0 +1,74 @@
+"""The int8-path suite's closing table: per layer shape, DUT/fp32 and DUT/int_mm wall-time ratios.
+
+Tests record their median wall time (and the DUT's simulated time) with :func:`record`; the table
+prints at the end of the run, after pytest-benchmark's own tables, only when wall times were
+measured (not under ``--benchmark-disable`` or xdist, where nothing is timed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+DUT_PRESET = "default"  # the DUT row of the ratios (every preset runs the same host code)
+
+
+@dataclasses.dataclass
+class Row:
+    medians_s: dict[str, float] = dataclasses.field(default_factory=dict)  # variant -> median
+    sim_s: dict[str, float] = dataclasses.field(default_factory=dict)  # preset -> roofline time
+
+
+_ROWS = pytest.StashKey[dict[str, Row]]()
+
+
+def record(
+    config: pytest.Config,
+    group: str,
+    variant: str,
+    benchmark: Any,
+    *,
+    preset: str | None = None,
+    sim_time_s: float | None = None,
+) -> None:
+    """Note ``benchmark``'s median for ``variant`` (``fp32``, ``int_mm`` or ``dut``) of ``group``.
+
+    ``benchmark.stats`` is pytest-benchmark's and is ``None`` when benchmarking is disabled;
+    pytest-codspeed's fixture has none: then only the simulated time is kept.
+    """
+    rows = config.stash.setdefault(_ROWS, {})
+    row = rows.setdefault(group, Row())
+    stats = getattr(benchmark, "stats", None)
+    if stats is not None and (variant != "dut" or preset == DUT_PRESET):
+        row.medians_s[variant] = stats.stats.median
+    if preset is not None and sim_time_s is not None:
+        row.sim_s[preset] = sim_time_s
+
+
+def ratio_table(rows: dict[str, Row]) -> list[str]:
+    """Markdown: one line per group that has all three wall times."""
+    presets = sorted({p for row in rows.values() for p in row.sim_s})
+    head = ["layer (M×K×N)", "fp32 ms", "int_mm ms", "DUT ms", "DUT/fp32", "DUT/int_mm"]
+    head += [f"sim {p} µs" for p in presets]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for group, row in rows.items():
+        t = row.medians_s
+        if not {"fp32", "int_mm", "dut"} <= t.keys():
+            continue
+        cells = [group, *(f"{t[v] * 1e3:.3g}" for v in ("fp32", "int_mm", "dut"))]
+        cells += [f"{t['dut'] / t['fp32']:.2f}", f"{t['dut'] / t['int_mm']:.2f}"]
+        cells += [f"{row.sim_s[p] * 1e6:.3g}" if p in row.sim_s else "-" for p in presets]
+        out.append("| " + " | ".join(cells) + " |")
+    return out if len(out) > 2 else []
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-benchmark's tables
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    lines = ratio_table(config.stash.get(_ROWS, {}))
+    if not lines:
+        return
+    terminalreporter.write_sep("-", f"int8 path: median wall time, DUT = dut[{DUT_PRESET}]")
+    for line in lines:
+        terminalreporter.write_line(line)

@@ -1,0 +1,211 @@
+"""The int8 path at LLM layer shapes: the DUT against fp32 on the host and raw ``torch._int_mm``.
+
+One benchmark group per layer shape (``--benchmark-group-by=group``, the default), each with:
+
+* ``test_fp32``: ``torch.nn.functional.linear`` in fp32 on the host (an eager MLP for ``mlp``);
+* ``test_int_mm``: ``torch._int_mm`` on int8 operands, the host's native int8 GEMM without any
+  quantization around it (the floor the DUT path is measured against);
+* ``test_dut[<preset>]``: the DUT path for the presets ``default``, ``gemmini`` and ``tpu_v1``:
+  the ``asic::dyn_linear`` op the backend lowers a float linear to (quantize per token, int8
+  GEMM on the simulator, rescale), or for ``mlp`` the block compiled with ``backend="asic"``. Its
+  simulated figures (cycles, utilization, bound, roofline time) are in ``extra_info``.
+
+A model width of 2048 (Llama-7B's is 4096) keeps it to minutes on 2 CPU cores. Decode runs
+M = 1 and 8 tokens, prefill M = 128 and 512; ``qkv`` is d -> 3d, ``o`` d -> d, ``up`` d -> 4d,
+``down`` 4d -> d, and ``mlp`` is up, GELU, down.
+
+    pytest benchmarks/test_int8_path.py --benchmark-only --asic-roofline docs/roofline.svg
+    pytest benchmarks/test_int8_path.py --benchmark-disable      # plain tests, as CI runs them
+
+A table of the DUT/fp32 and DUT/int_mm ratios per shape closes a timed run (``conftest.py``).
+Every test first checks its numbers (DUT close to fp32, ``_int_mm`` exact, the simulated figures
+equal to the cycle model's), so a fast wrong path fails; nothing asserts on time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import asic_backend.quant_ops  # noqa: F401  (registers torch.ops.asic.dyn_linear)
+from asic_backend import make_backend
+from asic_backend.config import AsicConfig
+from asic_backend.cycles import ACC_BYTES, gemm_cost
+from asic_backend.device import get_device
+from benchmarks.conftest import record
+
+pytest.importorskip("pytest_benchmark")
+
+D = 2048  # model width
+PRESETS = ("default", "gemmini", "tpu_v1")
+#: Dynamic int8 (per-token activations, per-channel weights) against fp32: max |error| / max |y|.
+TOLERANCE = 5e-2
+
+
+@dataclasses.dataclass(frozen=True)
+class Layer:
+    phase: str  # decode | prefill
+    kind: str  # qkv | o | up | down | mlp
+    m: int
+    k: int
+    n: int  # for mlp: the hidden width (up is k -> n, down n -> k)
+
+    @property
+    def group(self) -> str:
+        return f"{self.phase} {self.kind} {self.m}×{self.k}×{self.n}"
+
+    @property
+    def gemms(self) -> list[tuple[int, int, int]]:
+        if self.kind == "mlp":
+            return [(self.m, self.k, self.n), (self.m, self.n, self.k)]
+        return [(self.m, self.k, self.n)]
+
+    @property
+    def rounds(self) -> int:
+        # Enough rounds for a stable median in about a second per row on 2 cores.
+        return 30 if self.m <= 8 else 5
+
+
+PROJECTIONS = {"qkv": (D, 3 * D), "o": (D, D), "up": (D, 4 * D), "down": (4 * D, D)}
+LAYERS = [
+    *(
+        Layer(phase, kind, m, k, n)
+        for phase, ms in (("decode", (1, 8)), ("prefill", (128, 512)))
+        for m in ms
+        for kind, (k, n) in PROJECTIONS.items()
+    ),
+    Layer("decode", "mlp", 8, D, 4 * D),
+    Layer("prefill", "mlp", 512, D, 4 * D),
+]
+LAYER_PARAMS = [
+    pytest.param(
+        layer,
+        id=f"{layer.phase}-{layer.kind}-M{layer.m}",
+        marks=pytest.mark.benchmark(group=layer.group),
+    )
+    for layer in LAYERS
+]
+
+
+# Operands are made once per process and shared by a group's rows, so every row sees the same
+# data and a plain (benchmark-disabled) run does not spend its time in the random generator.
+
+
+@functools.cache
+def weight(k: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(k * 7 + n)
+    return torch.randn(n, k, generator=g) / k**0.5, torch.randn(n, generator=g) * 0.1
+
+
+@functools.cache
+def activation(m: int, k: int) -> torch.Tensor:
+    return torch.randn(m, k, generator=torch.Generator().manual_seed(m * 3 + k))
+
+
+@functools.cache
+def int8(*shape: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(sum(shape))
+    return torch.randint(-128, 128, shape, dtype=torch.int8, generator=g)
+
+
+def linear(k: int, n: int) -> nn.Linear:
+    """An ``nn.Linear`` holding the shared ``weight(k, n)`` (no init, no grad)."""
+    w, b = weight(k, n)
+    module = nn.Linear(k, n, device="meta")
+    module.weight = nn.Parameter(w, requires_grad=False)
+    module.bias = nn.Parameter(b, requires_grad=False)
+    return module
+
+
+def mlp(layer: Layer) -> nn.Module:
+    return nn.Sequential(linear(layer.k, layer.n), nn.GELU(), linear(layer.n, layer.k)).eval()
+
+
+def fp32_fn(layer: Layer) -> Callable[[], torch.Tensor]:
+    x = activation(layer.m, layer.k)
+    if layer.kind == "mlp":
+        block = mlp(layer)
+        return lambda: block(x)
+    w, b = weight(layer.k, layer.n)
+    return lambda: F.linear(x, w, b)
+
+
+def assert_close(out: torch.Tensor, ref: torch.Tensor) -> None:
+    error = float((out - ref).abs().max() / ref.abs().max())
+    assert error < TOLERANCE, f"DUT output is {error:.3g} off fp32 (max |error| / max |y|)"
+
+
+@pytest.mark.parametrize("layer", LAYER_PARAMS)
+def test_fp32(benchmark: Any, layer: Layer, request: pytest.FixtureRequest) -> None:
+    out = benchmark.pedantic(fp32_fn(layer), rounds=layer.rounds, warmup_rounds=1)
+    assert out.shape == (layer.m, layer.k if layer.kind == "mlp" else layer.n)
+    record(request.config, layer.group, "fp32", benchmark)
+
+
+@pytest.mark.parametrize("layer", LAYER_PARAMS)
+def test_int_mm(benchmark: Any, layer: Layer, request: pytest.FixtureRequest) -> None:
+    # The DUT's operand layout: activations [M, K], weights [N, K] multiplied as a view [K, N].
+    operands = [(int8(m, k), int8(n, k)) for m, k, n in layer.gemms]
+
+    def gemms() -> list[torch.Tensor]:
+        return [torch._int_mm(a, w.t()) for a, w in operands]
+
+    outs = benchmark.pedantic(gemms, rounds=layer.rounds, warmup_rounds=1)
+    for out, (a, w) in zip(outs, operands, strict=True):  # exact: |sum| < 2^31 for K <= 131071
+        assert torch.equal(out[:4].double(), a[:4].double() @ w.double().t())
+    record(request.config, layer.group, "int_mm", benchmark)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("layer", LAYER_PARAMS)
+def test_dut(
+    asic_benchmark: Any, benchmark: Any, layer: Layer, preset: str, request: pytest.FixtureRequest
+) -> None:
+    config = AsicConfig.preset(preset)
+    x = activation(layer.m, layer.k)
+    if layer.kind == "mlp":
+        block = mlp(layer)
+        target: Callable[[torch.Tensor], torch.Tensor] = torch.compile(
+            block, backend=make_backend(config=config), fullgraph=True
+        )
+        ref = block(x[:4])
+    else:
+        w, b = weight(layer.k, layer.n)
+        key = get_device(config).key
+        target = functools.partial(_dyn_linear, w=w, b=b, key=key)
+        ref = F.linear(x[:4], w, b)  # rows are quantized independently: 4 rows check them all
+    asic_benchmark.label = f"{layer.phase} {layer.kind}"
+    out = asic_benchmark(target, x, rounds=layer.rounds)
+    assert_close(out[:4], ref)
+
+    # The simulated figures of one call are exactly the cycle model's, for this device.
+    info = asic_benchmark.extra_info
+    costs = [gemm_cost(config, m, k, n, ACC_BYTES) for m, k, n in layer.gemms]
+    assert info["asic_device"] == preset
+    assert info["asic_dut_ops"] == len(costs)
+    assert info["asic_host_fallbacks"] == 0
+    assert info["asic_macs"] == sum(c.macs for c in costs)
+    assert info["asic_cycles"] == sum(c.cycles for c in costs)
+    assert info["asic_bytes_moved"] == sum(c.bytes_moved for c in costs)
+    assert info["asic_roofline_time_s"] == pytest.approx(sum(c.roofline_time_s for c in costs))
+    record(
+        request.config,
+        layer.group,
+        "dut",
+        benchmark,
+        preset=preset,
+        sim_time_s=info["asic_roofline_time_s"],
+    )
+
+
+def _dyn_linear(x: torch.Tensor, *, w: torch.Tensor, b: torch.Tensor, key: str) -> torch.Tensor:
+    # What the backend's lowering puts in place of a float linear (weights quantized once, cached).
+    out: torch.Tensor = torch.ops.asic.dyn_linear(x, w, b, False, True, key)
+    return out
