@@ -163,7 +163,16 @@ class NobreakSession:
         item.user_properties.extend(junit_properties(record))
         if options is None:
             if report.breaks:
-                warnings.warn(NobreakWarning(_warning_text(report.breaks)), stacklevel=1)
+                # Attributed to the first break's line, so the warnings summary points at the
+                # model, not at this plugin.
+                first = report.breaks[0]
+                warnings.warn_explicit(
+                    NobreakWarning(_warning_text(report.breaks)),
+                    category=NobreakWarning,
+                    filename=first.file or item.nodeid,
+                    lineno=first.line or 0,
+                    module=item.nodeid,
+                )
             return
         problems = report.problems(
             allow=options.allow,

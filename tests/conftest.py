@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from _pytest import pytester as _pytester
 
 # pytester restores ``sys.modules`` after each in-process inner run, deleting the modules that
@@ -35,3 +36,11 @@ def _init(
 
 
 _pytester.SysModulesSnapshot.__init__ = _init  # type: ignore[method-assign]
+
+
+@pytest.fixture(autouse=True)
+def _no_ci_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inner pytest runs must not see the outer CI's environment: ``CI`` turns strict baselines
+    on, and the GitHub variables would append tables to the real job summary."""
+    for name in ("CI", "GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "GITHUB_WORKSPACE"):
+        monkeypatch.delenv(name, raising=False)
