@@ -37,7 +37,7 @@ FONT = "font-family='DejaVu Sans, Helvetica, Arial, sans-serif'"
 #: Markers of one device closer than this (px) are drawn as one, labelled with all their numbers.
 MERGE_PX = 7.0
 #: Average glyph width at the label font size, to keep labels from overlapping (px per char).
-CHAR_PX = 6.6
+CHAR_PX = 7.0
 LABEL_PX = 11
 SUBTITLE = "one point per benchmarked layer: int8 ops / max(cycles / f, bytes / bandwidth)"
 
@@ -346,7 +346,7 @@ def _points(
         else:
             clusters.append((p.device, x, y, [numbers[p.layer]]))
     # Labels: try spots around each marker and take the first that hits no marker or label.
-    taken += [(x - 6, y - 6, x + 6, y + 6) for _, x, y, _ in clusters]
+    taken += [(x - 7, y - 7, x + 7, y + 7) for _, x, y, _ in clusters]
     for device, x, y, nums in clusters:
         text = _ranges(nums)
         w, h = CHAR_PX * len(text), LABEL_PX

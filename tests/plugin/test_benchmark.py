@@ -54,10 +54,8 @@ def test_plain():
 @pytest.fixture(autouse=True)
 def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """The inner runs choose their own settings: under an outer ``-n 2`` pytest-benchmark would
-    see $PYTEST_XDIST_WORKER and disable itself, and $CI would turn on the strict baseline."""
+    see $PYTEST_XDIST_WORKER and disable itself (tests/conftest.py already clears $CI)."""
     for name in (
-        "CI",
-        "GITHUB_ACTIONS",
         "PYTEST_XDIST_WORKER",
         "PYTEST_XDIST_WORKER_COUNT",
         "PYTEST_XDIST_TESTRUNUID",
