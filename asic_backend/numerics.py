@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import Literal
 
 import torch
 
-AccOverflow = Literal["wrap", "saturate"]
-RequantRounding = Literal["tflite", "float64_rne"]
+# Defined with the config fields they type; re-exported here, where the numerics use them.
+from asic_backend.config import ACC_OVERFLOWS, REQUANT_ROUNDINGS
+from asic_backend.config import AccOverflow as AccOverflow
+from asic_backend.config import RequantRounding as RequantRounding
 
 INT8_MIN, INT8_MAX = -128, 127
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -138,19 +139,28 @@ def _check_int8_zp(label: str, zp: int) -> None:
 
 
 def check_acc_overflow(acc_overflow: str) -> None:
-    if acc_overflow not in ("wrap", "saturate"):
-        raise ValueError(f"asic: acc_overflow must be 'wrap' or 'saturate', got {acc_overflow!r}")
+    if acc_overflow not in ACC_OVERFLOWS:
+        allowed = " or ".join(map(repr, ACC_OVERFLOWS))
+        raise ValueError(f"asic: acc_overflow must be {allowed}, got {acc_overflow!r}")
 
 
-def check_weight_zp(w_zp: torch.Tensor | int | None) -> None:
-    """Raise unless the weight zero-point is absent or all zeros (the array has no weight offset).
+#: Why a layer with a non-zero weight zero-point stays on the host (the lowering's reason).
+ASYMMETRIC_WEIGHTS = (
+    "asymmetric weights (a non-zero weight zero point): the DUT takes symmetric int8 weights"
+)
+
+
+def is_symmetric_weight_zp(w_zp: torch.Tensor | int | None) -> bool:
+    """Whether the weight zero-point is absent or all zeros: the array has no weight offset.
 
     This one reads data; call it when the weight is prepared, not per GEMM.
     """
-    if w_zp is None:
-        return
-    nonzero = bool(torch.as_tensor(w_zp).ne(0).any())
-    if nonzero:
+    return w_zp is None or not bool(torch.as_tensor(w_zp).ne(0).any())
+
+
+def check_weight_zp(w_zp: torch.Tensor | int | None) -> None:
+    """Raise unless :func:`is_symmetric_weight_zp`: the one check of a weight zero-point."""
+    if not is_symmetric_weight_zp(w_zp):
         raise ValueError(
             "asic: weights must be quantized symmetrically (zero-point 0); got a non-zero weight "
             "zero-point. Use a symmetric weight config or leave this layer on the host"
@@ -405,7 +415,8 @@ def requantize(
         )
         scaled = acc.to(torch.float64).mul_(real).round_()
     else:
-        raise ValueError(f"asic: rounding must be 'tflite' or 'float64_rne', got {rounding!r}")
+        allowed = " or ".join(map(repr, REQUANT_ROUNDINGS))
+        raise ValueError(f"asic: rounding must be {allowed}, got {rounding!r}")
     return scaled.add_(out_zp).clamp_(qmin, qmax).to(torch.int8)
 
 
@@ -453,8 +464,17 @@ def dequantize_acc(
     """The int32-out mode's host scaling: ``(acc·s_a[m])·s_w[n] + bias`` in float32.
 
     The order of operations is TorchAO's, so per-token dynamic layers match it to float32 rounding.
-    ``a_scale`` is a float or a [M,1] tensor; ``w_scale`` is [N], [N,1] or [1].
+    ``a_scale`` is a float or a float32 [M,1] tensor; ``w_scale`` is [N], [N,1] or [1].
+
+    >>> acc = torch.tensor([[3, -7], [100, 0]], dtype=torch.int32)
+    >>> dequantize_acc(acc, torch.tensor([[0.5], [0.25]]), torch.tensor([0.1, 0.3]))
+    tensor([[ 0.1500, -1.0500],
+            [ 2.5000,  0.0000]])
     """
-    y = acc.to(torch.float32) * a_scale
-    y = y * w_scale.to(torch.float32).reshape(1, -1)
-    return y + bias if bias is not None else y
+    # int32 x float32 promotes to float32 with the values of acc.to(float32) * a_scale; the rest
+    # is in place: this runs after every int32-out GEMM, and each [M,N] temporary costs a pass.
+    y = acc * a_scale
+    y.mul_(w_scale.to(torch.float32).reshape(1, -1))
+    if bias is not None:
+        y.add_(bias)
+    return y

@@ -105,6 +105,14 @@ class CompileReport:
             return None
         return after if self.asic_before is None else _minus(after, self.asic_before)
 
+    def discount_asic(self, counters: CounterSnapshot) -> None:
+        """Leave ``counters`` out of this report's ASIC figures.
+
+        A benchmark calls the model many times; its figures (what the baseline gates on) must be
+        those of one call whatever the number of rounds, so the repeated calls are discounted.
+        """
+        self.asic_before = counters if self.asic_before is None else self.asic_before + counters
+
     def figures(self) -> Figures:
         asic = self.asic
         ran_asic = asic is not None and (asic.dut_ops or asic.host_fallbacks)

@@ -27,8 +27,9 @@ __all__ = ["Point", "Roof", "render_svg"]
 
 Bound = Literal["compute", "memory"]
 
-# Tableau 10: distinguishable, and readable by most colour-blind viewers in this order.
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2")
+# Okabe-Ito: the devices stay apart for red-green colour-blind readers too (their yellow, too
+# pale on white, is left out).
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
 
 WIDTH, HEIGHT = 1000, 640
 PLOT_LEFT, PLOT_TOP, PLOT_WIDTH, PLOT_HEIGHT = 96, 78, 560, 460

@@ -31,7 +31,7 @@ BENCH = f"""
 import json, pathlib
 import torch
 
-def test_linear(asic_benchmark, nobreak_compile):
+def test_linear(asic_benchmark, nobreak_compile, asic):
     model = nobreak_compile(torch.nn.Linear({K}, {N}))
     calls = []
 
@@ -42,7 +42,11 @@ def test_linear(asic_benchmark, nobreak_compile):
     y = asic_benchmark(target, torch.randn({M}, {K}), rounds=3)
     assert y.shape == ({M}, {N})
     pathlib.Path("calls.json").write_text(
-        json.dumps({{"calls": len(calls), "extra_info": asic_benchmark.extra_info}})
+        json.dumps({{
+            "calls": len(calls),
+            "extra_info": asic_benchmark.extra_info,
+            "device_dut_ops": asic.snapshot().dut_ops,
+        }})
     )
 
 
@@ -89,6 +93,7 @@ def test_disabled_runs_the_target_once_and_records_one_call(bench: pytest.Pytest
     result.assert_outcomes(passed=2)
     data = calls_file(bench)
     assert data["calls"] == 1
+    assert data["device_dut_ops"] == 1
     gemm = cost("gemmini")
     assert data["extra_info"] == {
         "asic_device": "gemmini",
@@ -116,11 +121,14 @@ def test_disabled_runs_the_target_once_and_records_one_call(bench: pytest.Pytest
 
 
 def test_timed_run_measures_one_extra_call(bench: pytest.Pytester) -> None:
-    """1 warm-up + 3 rounds are timed, then one more call is measured: the figures are one
-    call's, while the test's own counters (what the baseline sees) count all five."""
+    """1 warm-up + 3 rounds are timed, then one more call is measured: extra_info and the
+    test's report (what the baseline sees) hold one call's figures, as a disabled run's do; the
+    device itself counted all five calls."""
     result = run(bench, "--benchmark-json", "b.json", "--nobreak-json", "r.json")
     result.assert_outcomes(passed=2)
-    assert calls_file(bench)["calls"] == 5
+    data = calls_file(bench)
+    assert data["calls"] == 5
+    assert data["device_dut_ops"] == 5
     document = json.loads((bench.path / "b.json").read_text())
     (saved,) = document["benchmarks"]
     assert saved["stats"]["rounds"] == 3
@@ -134,7 +142,12 @@ def test_timed_run_measures_one_extra_call(bench: pytest.Pytester) -> None:
         "torch": torch_version(),
     }
     report = json.loads((bench.path / "r.json").read_text())
-    assert report["tests"]["test_bench.py::test_linear"]["asic"]["cycles"] == 5 * gemm.cycles
+    assert report["tests"]["test_bench.py::test_linear"]["asic"] == {
+        "dut_ops": 1,
+        "host_fallbacks": 0,
+        "macs": M * K * N,
+        "cycles": gemm.cycles,
+    }
 
 
 def test_benchmark_skip_and_only_see_asic_benchmark_as_a_benchmark(
@@ -271,19 +284,24 @@ def test_roofline_write_error_is_one_line_and_fails_the_run(pytester: pytest.Pyt
 
 
 def test_baseline_gates_a_rise_in_simulated_cycles(bench: pytest.Pytester) -> None:
-    """Cycles are deterministic: record on the 128x128 default array, rerun there (identical
-    figures, exit 0), then on the 16x16 gemmini: more cycles for the same MACs fails the run."""
-    common = (*QUIET, "--asic-backend", "--benchmark-disable", "--nobreak-baseline", "b.json")
-    result = bench.runpytest(*common, "--asic-device", "default", "--nobreak-update-baseline")
+    """Cycles are deterministic: record on the 128x128 default array, rerun there with timing on
+    (five calls, the same one-call figures: exit 0), then on the 16x16 gemmini: more cycles for
+    the same MACs fails the run."""
+    common = (*QUIET, "--asic-backend", "--nobreak-baseline", "b.json")
+    disabled = "--benchmark-disable"
+    result = bench.runpytest(
+        *common, disabled, "--asic-device", "default", "--nobreak-update-baseline"
+    )
     assert result.ret == 0
     recorded = json.loads((bench.path / "b.json").read_text())["tests"]
     assert recorded["test_bench.py::test_linear"]["cycles"] == cost("default").cycles
 
     result = bench.runpytest(*common, "--asic-device", "default")
     assert result.ret == 0
+    assert calls_file(bench)["calls"] == 5
     assert "REGRESSION" not in result.stdout.str()
 
-    result = bench.runpytest(*common, "--asic-device", "gemmini")
+    result = bench.runpytest(*common, disabled, "--asic-device", "gemmini")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(passed=2)
     before, after = cost("default").cycles, cost("gemmini").cycles
