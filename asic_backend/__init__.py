@@ -16,19 +16,23 @@ __version__ = "0.1.0"
 SIM_VERSION = "1"
 
 if TYPE_CHECKING:
-    from asic_backend.backend import asic_backend, make_backend
+    from asic_backend.backend import AsicBackend, AsicHostWarning, asic_backend, make_backend
     from asic_backend.config import PRESETS, AsicConfig
     from asic_backend.cycles import GemmCost, gemm_cost
     from asic_backend.device import CounterSnapshot, Device, HostFallback, get_device
+    from asic_backend.unconverted import NotConvertedError
 
 __all__ = [
     "PRESETS",
     "SIM_VERSION",
+    "AsicBackend",
     "AsicConfig",
+    "AsicHostWarning",
     "CounterSnapshot",
     "Device",
     "GemmCost",
     "HostFallback",
+    "NotConvertedError",
     "asic_backend",
     "gemm_cost",
     "get_device",
@@ -44,8 +48,11 @@ _LAZY = {
     "Device": "asic_backend.device",
     "HostFallback": "asic_backend.device",
     "get_device": "asic_backend.device",
+    "AsicBackend": "asic_backend.backend",
+    "AsicHostWarning": "asic_backend.backend",
     "asic_backend": "asic_backend.backend",
     "make_backend": "asic_backend.backend",
+    "NotConvertedError": "asic_backend.unconverted",
 }
 
 

@@ -86,7 +86,14 @@ def _resolve_config(config: AsicConfig | str | None) -> AsicConfig | None:
 
 
 class AsicBackend:
-    """A configured ``asic`` backend: a Dynamo compiler function (see :func:`make_backend`)."""
+    """A configured ``asic`` backend: a Dynamo compiler function (see :func:`make_backend`).
+
+    >>> be = AsicBackend(config="gemmini", quantize="none")
+    >>> be
+    AsicBackend(config=gemmini, quantize='none', matmul='none', host='aten')
+    >>> be.device.key
+    'gemmini'
+    """
 
     def __init__(
         self,

@@ -47,6 +47,12 @@ class AsicConfig:
     when the exact result does not fit; ``requant_rounding`` picks the int32 -> int8 rounding
     (``"tflite"``: gemmlowp fixed point; ``"float64_rne"``: the same multiplier applied in float64,
     rounded half to even).
+
+    >>> cfg = AsicConfig.preset("tpu_v1")
+    >>> cfg.rows, cfg.key
+    (256, 'tpu_v1')
+    >>> cfg.replace(rows=64).key          # no longer the preset: its name and a hash of the fields
+    'tpu_v1-95cc0a308b'
     """
 
     name: str = "default"

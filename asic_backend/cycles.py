@@ -82,7 +82,12 @@ def dram_bytes(config: AsicConfig, m: int, k: int, n: int, out_bytes: int) -> in
 
 
 def gemm_cost(config: AsicConfig, m: int, k: int, n: int, out_bytes: int) -> GemmCost:
-    """The cost of ``[m,k] x [k,n]`` with ``out_bytes`` per output element (1: int8, 4: int32)."""
+    """The cost of ``[m,k] x [k,n]`` with ``out_bytes`` per output element (1: int8, 4: int32).
+
+    >>> cost = gemm_cost(AsicConfig.preset("gemmini"), 8, 64, 32, out_bytes=4)
+    >>> cost.cycles, cost.bytes_moved, cost.bound
+    (432, 3712, 'compute')
+    """
     for label, value in (("m", m), ("k", k), ("n", n)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"gemm_cost: {label} must be a non-negative int, got {value!r}")

@@ -85,7 +85,14 @@ class CounterSnapshot:
 
 
 class Device:
-    """One simulated ASIC: its config and its counters since the last :meth:`reset`."""
+    """One simulated ASIC: its config and its counters since the last :meth:`reset`.
+
+    >>> dev = get_device("gemmini")
+    >>> dev.reset()
+    >>> acc = run_mm_i32(a_q, w_q, device=dev)      # a_q int8 [8, 64], w_q int8 [32, 64]
+    >>> dev.snapshot().dut_ops, dev.snapshot().cycles
+    (1, 432)
+    """
 
     def __init__(self, config: AsicConfig) -> None:
         self.config = config
@@ -158,6 +165,9 @@ def get_device(config: AsicConfig | str | None = None) -> Device:
 
     ``None`` means :meth:`AsicConfig.from_env`; a string is the key of a device already created, a
     preset name or a TOML path.
+
+    >>> get_device("tpu_v1") is get_device(AsicConfig.preset("tpu_v1"))
+    True
     """
     if isinstance(config, str):
         with _registry_lock:

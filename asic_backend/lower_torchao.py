@@ -30,7 +30,8 @@ def lower_torchao(rw: Rewrite, node: fx.Node, x: fx.Node, w: fx.Node, b: Any, wv
     """Replace the linear ``node`` whose weight ``w`` has the fake value ``wv`` (a subclass)."""
     plan = _plan(wv, dtype_of(x))
     if isinstance(plan, dict) and type(wv).__name__ == "IntxUnpackedToInt8Tensor":
-        # Int8Tensor has no weight zero point; this one may, and only the real weight shows it.
+        # The fake value holds no data: only the real weight shows whether its zero point is 0.
+        # (Int8Tensor's is ignored, as TorchAO's own int8 path does.)
         zp = getattr(real_tensor(rw.gm, w), "zero_point", None)
         if zp is None or not numerics.is_symmetric_weight_zp(zp):
             plan = (

@@ -264,6 +264,11 @@ def linear_i32(
 
     ``a_zp`` is an int, or an int32 tensor: ``[]``/``[1]``/``[1,1]`` per tensor, ``[M,1]`` per row.
     The result is exact then wrapped or saturated per ``acc_overflow``; it never aliases an input.
+
+    >>> a = torch.tensor([[1, -2, 3]], dtype=torch.int8)
+    >>> w = torch.tensor([[4, 5, 6], [-1, 0, 1]], dtype=torch.int8)
+    >>> linear_i32(a, w), linear_i32(a, w, a_zp=1)
+    (tensor([[12,  2]], dtype=torch.int32), tensor([[-3,  2]], dtype=torch.int32))
     """
     check_gemm_operands(a_q, w_q, bias_i32)
     check_acc_overflow(acc_overflow)
@@ -317,6 +322,10 @@ def quantize_multiplier(real: float | torch.Tensor) -> tuple[torch.Tensor, torch
 
     Returns int32 tensors shaped like ``real``, with ``multiplier`` in ``[2^30, 2^31)`` (or 0).
     Multipliers below 2^-31 flush to zero; shifts above 30 saturate to ``(2^31 − 1, 30)``.
+
+    >>> mult, shift = quantize_multiplier(0.25)       # 0.25 = 2^30 · 2^(−1 − 31)
+    >>> int(mult), int(shift)
+    (1073741824, -1)
     """
     r = torch.as_tensor(real, dtype=torch.float64)
     bad = r[~(torch.isfinite(r) & (r >= 0))]
@@ -399,6 +408,10 @@ def requantize(
     ``multiplier``/``shift`` are int32, per tensor (``[]``/``[1]``) or per channel (``[N]``).
     ``rounding="tflite"`` is gemmlowp fixed point; ``"float64_rne"`` multiplies in float64 by the
     same (exactly representable) multiplier and rounds half to even.
+
+    >>> mult, shift = quantize_multiplier(0.25)
+    >>> requantize(torch.tensor([[100, -7]], dtype=torch.int32), mult, shift, 0, -128, 127)
+    tensor([[25, -2]], dtype=torch.int8)
     """
     if acc.dtype != torch.int32 or acc.dim() != 2:
         raise TypeError(

@@ -10,6 +10,13 @@ AOTAutograd and Inductor trace through it with fake or symbolic shapes (no
   int32 [M,N]; ``a_zp`` is int32, ``[]``/``[1]``/``[1,1]`` per tensor or ``[M,1]`` per row.
 * ``asic::linear_requant(Tensor a_q, Tensor w_q, Tensor? bias_i32, int a_zp, Tensor multiplier,
   Tensor shift, int out_zp, int qmin, int qmax, str device) -> Tensor``: int8 [M,N].
+
+>>> import asic_backend.ops
+>>> key = get_device("gemmini").key
+>>> a_q = torch.randint(-128, 128, (8, 64), dtype=torch.int8)
+>>> w_q = torch.randint(-128, 128, (32, 64), dtype=torch.int8)
+>>> torch.ops.asic.mm_i32(a_q, w_q, None, torch.tensor(0, dtype=torch.int32), key).shape
+torch.Size([8, 32])
 """
 
 from __future__ import annotations

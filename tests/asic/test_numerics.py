@@ -386,6 +386,25 @@ def test_dequantize_acc_follows_torchao_order() -> None:
     assert torch.equal(numerics.dequantize_acc(acc, a_scale, w_scale, bias), expected)
 
 
+@pytest.mark.parametrize("per_row", [False, True])
+@pytest.mark.parametrize("bias_dtype", [None, torch.float32, torch.bfloat16, torch.float16])
+def test_dequantize_acc_in_place_equals_the_plain_formula(
+    per_row: bool, bias_dtype: torch.dtype | None
+) -> None:
+    """Bit for bit, including accumulators beyond float32's exact integers (2^24)."""
+    g = torch.Generator().manual_seed(0)
+    acc = torch.randint(-(2**31), 2**31 - 1, (33, 17), dtype=torch.int32, generator=g)
+    a_scale: float | torch.Tensor = torch.rand(33, 1, generator=g) * 1e-3 if per_row else 0.0123
+    w_scale = torch.rand(17, 1, generator=g) * 1e-2
+    bias = None if bias_dtype is None else torch.randn(17, generator=g).to(bias_dtype)
+    expected = (acc.to(torch.float32) * a_scale) * w_scale.reshape(1, -1)
+    if bias is not None:
+        expected = expected + bias
+    out = numerics.dequantize_acc(acc, a_scale, w_scale, bias)
+    assert out.dtype == torch.float32
+    assert torch.equal(out.view(torch.int32), expected.view(torch.int32))
+
+
 # -- bad input: one clear line ----------------------------------------------------------------
 
 A = torch.zeros(2, 3, dtype=torch.int8)

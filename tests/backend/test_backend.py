@@ -64,6 +64,15 @@ def test_config_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert tpu.snapshot().dut_ops == 2
 
 
+def test_package_exports_the_backend_names() -> None:
+    from asic_backend import backend, unconverted
+
+    assert asic_backend.AsicBackend is backend.AsicBackend
+    assert asic_backend.AsicHostWarning is backend.AsicHostWarning
+    assert asic_backend.NotConvertedError is unconverted.NotConvertedError
+    assert {"AsicBackend", "AsicHostWarning", "NotConvertedError"} <= set(asic_backend.__all__)
+
+
 def test_backend_repr_and_device() -> None:
     be = make_backend(config="gemmini", quantize="none")
     assert repr(be) == "AsicBackend(config=gemmini, quantize='none', matmul='none', host='aten')"
