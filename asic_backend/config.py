@@ -32,6 +32,9 @@ DATAFLOWS: tuple[str, ...] = get_args(Dataflow)
 ACC_OVERFLOWS: tuple[str, ...] = get_args(AccOverflow)
 REQUANT_ROUNDINGS: tuple[str, ...] = get_args(RequantRounding)
 
+#: Operations per multiply-accumulate (a multiply and an add), for TOP/s and ops per byte.
+OPS_PER_MAC = 2
+
 #: The environment variable :meth:`AsicConfig.from_env` reads: a preset name or a TOML path.
 ENV_VAR = "ASIC_BACKEND_CONFIG"
 
@@ -172,7 +175,7 @@ class AsicConfig:
     @property
     def peak_ops_per_s(self) -> float:
         """Peak throughput, counting a MAC as two ops: 2·R·C·f."""
-        return 2 * self.peak_macs_per_cycle * self.clock_hz
+        return OPS_PER_MAC * self.peak_macs_per_cycle * self.clock_hz
 
     @property
     def ridge_ops_per_byte(self) -> float:

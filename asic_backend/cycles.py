@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from asic_backend.config import AsicConfig
+from asic_backend.config import OPS_PER_MAC, AsicConfig
 
 Bound = Literal["compute", "memory"]
 
@@ -96,7 +96,7 @@ def gemm_cost(config: AsicConfig, m: int, k: int, n: int, out_bytes: int) -> Gem
     macs = m * k * n
     cycles = systolic_cycles(config, m, k, n)
     moved = dram_bytes(config, m, k, n, out_bytes)
-    ops = 2 * macs
+    ops = OPS_PER_MAC * macs
     t_compute = cycles / config.clock_hz
     t_memory = moved / config.dram_bw_bytes_per_s
     time_s = max(t_compute, t_memory)

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
+from asic_backend.config import OPS_PER_MAC
 from pytest_nobreak.config import NobreakConfig
 
 if TYPE_CHECKING:
@@ -63,8 +64,6 @@ MISSING_BENCHMARK = (
 ROOFLINE_ATTR = "nobreak_roofline"
 #: Default timed rounds of ``asic_benchmark`` (after one warm-up round, by default).
 DEFAULT_ROUNDS = 5
-#: Ops per MAC, as the cycle model counts them (``GemmCost.arithmetic_intensity``).
-OPS_PER_MAC = 2
 
 _POINTS_KEY = pytest.StashKey[dict[str, Any]]()
 
