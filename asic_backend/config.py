@@ -182,6 +182,12 @@ class AsicConfig:
         """Arithmetic intensity (ops/byte) above which a GEMM is compute-bound: peak / bandwidth."""
         return self.peak_ops_per_s / self.dram_bw_bytes_per_s
 
+    def describe(self) -> str:
+        """One line for headers and legends: ``default (128x128 ws @ 1 GHz)``."""
+        return (
+            f"{self.name} ({self.rows}x{self.cols} {self.dataflow} @ {self.clock_hz / 1e9:g} GHz)"
+        )
+
     def as_dict(self) -> dict[str, Any]:
         """The fields, by name (what a TOML file would hold)."""
         return dataclasses.asdict(self)

@@ -426,19 +426,15 @@ class BenchmarkPlugin:
 
 
 def _session_roof(settings: NobreakConfig) -> dict[str, Roof]:
-    from asic_backend.config import AsicConfig
     from pytest_nobreak.roofline import Roof
 
-    spec = settings.asic_device
-    config = AsicConfig.load(spec) if spec else AsicConfig.from_env()
+    config = settings.asic_config()
     return {config.key: Roof(config.key, **_roof_fields(config))}
 
 
 def _roof_fields(config: AsicConfig) -> dict[str, Any]:
     """A device's roofs, from its config (the one source of the peak and ridge formulas)."""
-    from pytest_nobreak.plugin import describe_device
-
-    described = describe_device(config)
+    described = config.describe()
     return {
         "peak_ops_per_s": config.peak_ops_per_s,
         "bandwidth_bytes_per_s": config.dram_bw_bytes_per_s,

@@ -10,9 +10,12 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from asic_backend.config import AsicConfig
 
 DEFAULT_BACKEND = "inductor"
 ASIC_BACKEND = "asic"
@@ -131,6 +134,16 @@ class NobreakConfig:
     strict: bool = False
     backend_explicit: bool = False
     roofline_path: Path | None = None
+
+    def asic_config(self) -> AsicConfig:
+        """The simulated device: ``--asic-device`` (preset or TOML), else ``$ASIC_BACKEND_CONFIG``.
+
+        Raises ``ValueError``/``OSError`` for a bad spec. Imports no torch.
+        """
+        from asic_backend.config import AsicConfig
+
+        spec = self.asic_device
+        return AsicConfig.load(spec) if spec else AsicConfig.from_env()
 
     @property
     def fixture_backend(self) -> str:

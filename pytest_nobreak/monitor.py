@@ -114,17 +114,21 @@ class CompileReport:
         self.asic_before = counters if self.asic_before is None else self.asic_before + counters
 
     def figures(self) -> Figures:
-        asic = self.asic
-        ran_asic = asic is not None and (asic.dut_ops or asic.host_fallbacks)
-        return Figures(
+        core = Figures(
             graphs=self.graphs,
             graph_breaks=self.graph_breaks,
             eager_frames=self.eager_frames,
             recompiles=self.recompiles,
-            dut_ops=asic.dut_ops if ran_asic and asic else None,
-            host_fallbacks=asic.host_fallbacks if ran_asic and asic else None,
-            macs=asic.macs if ran_asic and asic else None,
-            cycles=asic.cycles if ran_asic and asic else None,
+        )
+        asic = self.asic
+        if asic is None or not (asic.dut_ops or asic.host_fallbacks):
+            return core  # the ASIC never ran: its figures are "not measured", not zero
+        return dataclasses.replace(
+            core,
+            dut_ops=asic.dut_ops,
+            host_fallbacks=asic.host_fallbacks,
+            macs=asic.macs,
+            cycles=asic.cycles,
         )
 
     # ----------------------------------------------------------------- verdict
@@ -354,9 +358,9 @@ class Monitor:
             )
 
     def _collect_host_fallbacks(self) -> None:
-        for site in _asic_host_fallbacks():
-            from pytest_nobreak import _torch_compat as tc
+        from pytest_nobreak import _torch_compat as tc
 
+        for site in _asic_host_fallbacks():
             self.report.add(
                 BreakEvent(
                     kind="host_fallback",

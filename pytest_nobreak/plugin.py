@@ -8,8 +8,6 @@ into every pytest run in the environment.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pytest
 
 from pytest_nobreak.benchmark import BenchmarkPlugin, asic_benchmark
@@ -17,9 +15,6 @@ from pytest_nobreak.config import ASIC_BACKEND, NobreakConfig, add_options
 from pytest_nobreak.fixtures import CONFIG_KEY, asic, nobreak_compile, nobreak_report
 from pytest_nobreak.markers import MARKER_DOC
 from pytest_nobreak.session import NobreakSession
-
-if TYPE_CHECKING:
-    from asic_backend.config import AsicConfig
 
 __all__ = ["asic", "asic_benchmark", "nobreak_compile", "nobreak_report"]
 
@@ -37,7 +32,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.backend_explicit and not settings.asic:
         _check_backend_name(settings.backend)
     if settings.asic or settings.asic_device is not None:
-        _check_asic_device(settings.asic_device)
+        _check_asic_device(settings)
     config.stash[CONFIG_KEY] = settings
     config.pluginmanager.register(NobreakSession(config, settings), SESSION_PLUGIN_NAME)
     config.pluginmanager.register(BenchmarkPlugin(config, settings), BENCHMARK_PLUGIN_NAME)
@@ -49,22 +44,9 @@ def pytest_report_header(config: pytest.Config) -> str | None:
         return None
     scope = "every test" if settings.watch_all else "marked tests"
     if settings.fixture_backend == ASIC_BACKEND:
-        from asic_backend.config import AsicConfig
-
-        device = (
-            AsicConfig.load(settings.asic_device)
-            if settings.asic_device
-            else (AsicConfig.from_env())
-        )
-        return f"nobreak: backend=asic, device={describe_device(device)}, watching {scope}"
+        device = settings.asic_config().describe()
+        return f"nobreak: backend=asic, device={device}, watching {scope}"
     return f"nobreak: backend={settings.fixture_backend}, watching {scope}"
-
-
-def describe_device(device: AsicConfig) -> str:
-    return (
-        f"{device.name} ({device.rows}x{device.cols} {device.dataflow} @ "
-        f"{device.clock_hz / 1e9:g} GHz)"
-    )
 
 
 def _check_backend_name(name: str) -> None:
@@ -79,10 +61,8 @@ def _check_backend_name(name: str) -> None:
         )
 
 
-def _check_asic_device(spec: str | None) -> None:
-    from asic_backend.config import AsicConfig
-
+def _check_asic_device(settings: NobreakConfig) -> None:
     try:
-        AsicConfig.load(spec) if spec else AsicConfig.from_env()
+        settings.asic_config()
     except (ValueError, OSError) as exc:
         raise pytest.UsageError(f"--asic-device: {exc}") from None

@@ -208,10 +208,7 @@ class SessionReporter:
     def _device(self) -> str:
         if not self.settings.asic:
             return ""
-        from asic_backend.config import AsicConfig
-
-        spec = self.settings.asic_device
-        return (AsicConfig.load(spec) if spec else AsicConfig.from_env()).key
+        return self.settings.asic_config().key
 
     def _write_json(self) -> int:
         from pytest_nobreak.json_report import ReportError, write_report
