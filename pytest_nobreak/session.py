@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 MONITOR_KEY = pytest.StashKey[Monitor]()
 OPTIONS_KEY = pytest.StashKey[NoGraphBreakOptions]()
 RECORD_KEY = pytest.StashKey[TestRecord]()
+MARKER_ERROR_KEY = pytest.StashKey[str]()
+#: Key in xdist's ``workeroutput`` carrying a worker's marker errors to the controller.
+USAGE_ERRORS_OUTPUT = "nobreak_usage_errors"
 COMPLETE_KEY = pytest.StashKey[bool]()
 #: Attribute of the call-phase ``TestReport`` carrying the record (JSON, so xdist can ship it).
 REPORT_ATTR = "nobreak_record"
@@ -57,6 +60,7 @@ class NobreakSession:
         #: Tests whose body ran to the end: only their figures are compared with the baseline.
         self.complete: set[str] = set()
         self.reporter: SessionReporter | None = None
+        self.usage_errors: list[str] = []
         self.baseline = self._load_baseline()
 
     def _load_baseline(self) -> Baseline | None:
@@ -89,7 +93,12 @@ class NobreakSession:
                     mark.kwargs, args=mark.args, where=item.nodeid
                 )
             except MarkerError as exc:
-                raise pytest.UsageError(str(exc)) from None
+                if not is_xdist_worker(self.config):
+                    raise pytest.UsageError(str(exc)) from None
+                # A worker cannot stop the session (xdist turns that into an INTERNALERROR):
+                # fail the test at setup and send the error to the controller, which exits 4.
+                item.stash[MARKER_ERROR_KEY] = str(exc)
+                self.usage_errors.append(str(exc))
 
     # ------------------------------------------------------------------ per test
 
@@ -102,6 +111,9 @@ class NobreakSession:
     # trylast: run inside pytest's logging wrapper, after it attached its handlers.
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, None, None]:
+        marker_error = item.stash.get(MARKER_ERROR_KEY, None)
+        if marker_error is not None:
+            pytest.fail(f"usage error: {marker_error}", pytrace=False)
         if self._watched(item):
             monitor = Monitor(reset=True)
             item.stash[MONITOR_KEY] = monitor
@@ -225,7 +237,14 @@ class NobreakSession:
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if is_xdist_worker(self.config):
+            workeroutput = getattr(self.config, "workeroutput", {})
+            workeroutput[USAGE_ERRORS_OUTPUT] = self.usage_errors
             return
+        if self.usage_errors:
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+            if self.config.pluginmanager.get_plugin("terminalreporter") is None:
+                for message in self._unique_usage_errors():
+                    sys.stderr.write(f"ERROR: {message}\n")
         from pytest_nobreak.reporting import SessionReporter
 
         self.reporter = SessionReporter(
@@ -238,7 +257,18 @@ class NobreakSession:
         if self.config.pluginmanager.get_plugin("terminalreporter") is None:
             self.reporter.print_errors(sys.stderr)  # -p no:terminal: the errors still show
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """xdist controller: collect the marker errors a worker found."""
+        output = getattr(node, "workeroutput", None) or {}
+        self.usage_errors.extend(output.get(USAGE_ERRORS_OUTPUT, ()))
+
+    def _unique_usage_errors(self) -> list[str]:
+        return list(dict.fromkeys(self.usage_errors))  # each worker reports every item
+
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        for message in self._unique_usage_errors():
+            terminalreporter.write_line(f"ERROR: {message}", red=True, bold=True)
         if self.reporter is not None:
             self.reporter.terminal_summary(terminalreporter)
 

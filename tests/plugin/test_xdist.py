@@ -384,3 +384,32 @@ def test_a_broken_baseline_stops_an_xdist_run_with_one_line(project: Project) ->
     assert lines[0].startswith("ERROR: baseline file b.json: is not valid JSON: ")
     assert (project.path / "b.json").read_text() == '{"version": 1, "torch": "2.13.0", "tests": {\n'
     assert project.writes() == []
+
+
+def test_a_bad_marker_is_a_usage_error_under_xdist_too(pytester: pytest.Pytester) -> None:
+    """A worker cannot stop the session (xdist would print an INTERNALERROR): the test errors at
+    setup and the controller exits 4 with the same one line as a serial run."""
+    pytester.makepyfile(
+        test_bad="""
+        import pytest
+
+        @pytest.mark.no_graph_break(max_recompile=1)
+        def test_typo():
+            pass
+
+        def test_fine():
+            pass
+        """
+    )
+    message = (
+        "test_bad.py::test_typo: @pytest.mark.no_graph_break: unknown option 'max_recompile' "
+        "(did you mean 'max_recompiles'?)*"
+    )
+    serial = pytester.runpytest("-p", "no:cacheprovider")
+    assert serial.ret == pytest.ExitCode.USAGE_ERROR
+    serial.stderr.fnmatch_lines([f"ERROR: {message}"])
+    parallel = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2")
+    assert parallel.ret == pytest.ExitCode.USAGE_ERROR
+    parallel.stdout.fnmatch_lines([f"ERROR: {message}"])
+    assert parallel.stdout.str().count(f"ERROR: {message[:-1]}") == 1
+    assert "INTERNALERROR" not in parallel.stdout.str() + parallel.stderr.str()
