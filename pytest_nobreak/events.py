@@ -70,9 +70,8 @@ class BreakEvent:
 class Figures:
     """The integer figures of one test: what the baseline stores and CI gates on.
 
-    Every field is "lower is better" except ``graphs`` and ``dut_ops``, which are reported
-    both ways but only gate when they change together with a break (see ``baseline.py``).
-    ASIC figures are ``None`` when the test ran no ASIC backend.
+    Which way each figure should move is ``baseline.BETTER`` (only ``dut_ops`` is "higher is
+    better"). ASIC figures are ``None`` when the test ran no ASIC backend.
     """
 
     graphs: int = 0
