@@ -13,13 +13,21 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 #: Version of the simulator's numeric and cycle model. Bump it whenever a figure it reports can
 #: change for the same input, so baselines recorded with another model are flagged.
-SIM_VERSION = "1"
+SIM_VERSION = "2"
 
 if TYPE_CHECKING:
-    from asic_backend.backend import AsicBackend, AsicHostWarning, asic_backend, make_backend
+    from asic_backend.backend import AsicBackend, asic_backend, make_backend
     from asic_backend.config import PRESETS, AsicConfig
     from asic_backend.cycles import GemmCost, gemm_cost
-    from asic_backend.device import CounterSnapshot, Device, HostFallback, get_device
+    from asic_backend.device import (
+        CounterSnapshot,
+        Device,
+        HostFallback,
+        HostFallbackStats,
+        get_device,
+    )
+    from asic_backend.macs import flop_counter_extras
+    from asic_backend.notices import AsicHostWarning, host_fallbacks_reported
     from asic_backend.unconverted import NotConvertedError
 
 __all__ = [
@@ -32,10 +40,13 @@ __all__ = [
     "Device",
     "GemmCost",
     "HostFallback",
+    "HostFallbackStats",
     "NotConvertedError",
     "asic_backend",
+    "flop_counter_extras",
     "gemm_cost",
     "get_device",
+    "host_fallbacks_reported",
     "make_backend",
 ]
 
@@ -47,9 +58,12 @@ _LAZY = {
     "CounterSnapshot": "asic_backend.device",
     "Device": "asic_backend.device",
     "HostFallback": "asic_backend.device",
+    "HostFallbackStats": "asic_backend.device",
+    "flop_counter_extras": "asic_backend.macs",
+    "host_fallbacks_reported": "asic_backend.notices",
     "get_device": "asic_backend.device",
     "AsicBackend": "asic_backend.backend",
-    "AsicHostWarning": "asic_backend.backend",
+    "AsicHostWarning": "asic_backend.notices",
     "asic_backend": "asic_backend.backend",
     "make_backend": "asic_backend.backend",
     "NotConvertedError": "asic_backend.unconverted",

@@ -3,8 +3,11 @@
 The backend lowers the Dynamo graph (:mod:`asic_backend.lowering`), then hands it to AOTAutograd
 for the host part, as ``aot_eager`` does (``torch/_dynamo/backends/debugging.py``): by default
 the aten graph runs as is (fast compiles, eager's kernels); ``host="inductor"`` compiles it with
-inductor (``torch/_dynamo/backends/inductor.py``). The DUT is inference-only: while autograd is
-live the graph runs on the host untouched, and the backend says so once per process.
+inductor (``torch/_dynamo/backends/inductor.py``). Before the host compiler, every matmul-class
+op left in the aten graph is counted as a host fallback with its MACs
+(:mod:`asic_backend.accounting`). The DUT is inference-only: while autograd is live the graph runs
+on the host, each of its matmul-class ops a counted host fallback, and outside a harness that
+reports them the backend warns once per process.
 
 >>> model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU())
 >>> with torch.no_grad():
@@ -17,14 +20,13 @@ live the graph runs on the host untouched, and the backend says so once per proc
 from __future__ import annotations
 
 import logging
-import threading
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import torch
 from torch import fx
 
+from asic_backend.accounting import AUTOGRAD_REASON, BACKWARD_REASON, account_host_macs
 from asic_backend.config import AsicConfig
 from asic_backend.device import Device, get_device
 from asic_backend.lowering import (
@@ -35,6 +37,10 @@ from asic_backend.lowering import (
     lower,
     lower_aten,
 )
+from asic_backend.notices import AsicHostWarning, say_once
+from asic_backend.rewrite import name_ops
+
+__all__ = ["OPTION_KEYS", "AsicBackend", "AsicHostWarning", "asic_backend", "make_backend"]
 
 log = logging.getLogger(__name__)
 
@@ -44,27 +50,9 @@ OPTION_KEYS: tuple[str, ...] = ("config", "quantize", "matmul", "host")
 
 CompiledFn = Callable[..., Any]
 
-
-class AsicHostWarning(UserWarning):
-    """A compiled graph runs on the host, not on the DUT (e.g. because autograd is live)."""
-
-
 _AUTOGRAD_MESSAGE = (
-    "asic backend: autograd is live (grad mode on and an input or parameter requires grad), so "
-    "this graph runs on the host unchanged; the DUT is inference-only: call the model under "
-    "torch.no_grad() or torch.inference_mode() to run it on the DUT"
+    f"asic backend: {AUTOGRAD_REASON}; each of its matmul-class ops counts as a host fallback"
 )
-_warned: set[str] = set()
-_warned_lock = threading.Lock()
-
-
-def _say_once(message: str) -> None:
-    with _warned_lock:
-        if message in _warned:
-            return
-        _warned.add(message)
-    log.info(message)
-    warnings.warn(message, AsicHostWarning, stacklevel=2)
 
 
 def _choice(name: str, value: object, allowed: Sequence[str]) -> Any:
@@ -122,37 +110,39 @@ class AsicBackend:
         return get_device(self.config)
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledFn:
-        if _autograd_live(example_inputs):
-            _say_once(_AUTOGRAD_MESSAGE)
-            return self._host(gm, example_inputs)
         options = LoweringOptions(
             device=self.device.key, quantize=self.quantize, matmul=self.matmul
         )
-        summary = lower(gm, options)
-        _log_summary(summary)
-        # Only graphs with opaque regions need the second, aten-level pass.
-        return self._host(gm, example_inputs, options if summary.regions else None)
+        if _autograd_live(example_inputs):
+            # Every matmul-class op of the graph is then a counted host fallback (accounting).
+            say_once(_AUTOGRAD_MESSAGE)
+            name_ops(gm)
+            return self._host(gm, example_inputs, options, AUTOGRAD_REASON)
+        _log_summary(lower(gm, options))
+        return self._host(gm, example_inputs, options, None)
 
     def _host(
         self,
         gm: fx.GraphModule,
         example_inputs: Sequence[Any],
-        aten_pass: LoweringOptions | None = None,
+        options: LoweringOptions,
+        forward_reason: str | None,
     ) -> CompiledFn:
+        """The host part, through AOTAutograd, with the aten passes before the host compiler."""
         from torch._dynamo.backends.debugging import boxed_nop
 
         if self.host == "inductor":
             from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
-            inner = compile_fx_inner if aten_pass is None else _after(aten_pass, compile_fx_inner)
+            inner = _after(options, compile_fx_inner, forward_reason)
             compiled: Any = compile_fx(gm, list(example_inputs), inner_compile=inner)
             return cast(CompiledFn, compiled)
         from torch._dynamo.backends.common import aot_autograd
         from torch._functorch.partitioners import min_cut_rematerialization_partition
 
         compiler = aot_autograd(
-            fw_compiler=boxed_nop if aten_pass is None else _after(aten_pass, boxed_nop),
-            bw_compiler=boxed_nop,
+            fw_compiler=_after(options, boxed_nop, forward_reason),
+            bw_compiler=_after(options, boxed_nop, BACKWARD_REASON),
             partition_fn=min_cut_rematerialization_partition,
             keep_inference_input_mutations=True,
         )
@@ -160,11 +150,17 @@ class AsicBackend:
         return result
 
 
-def _after(options: LoweringOptions, compiler: Callable[..., Any]) -> Callable[..., Any]:
-    """``compiler``, preceded by the aten-level lowering of the tagged regions."""
+def _after(
+    options: LoweringOptions, compiler: Callable[..., Any], forward_reason: str | None
+) -> Callable[..., Any]:
+    """``compiler``, preceded by the aten passes: the lowering of the tagged regions, then the
+    accounting of every matmul-class op left on the host."""
 
     def compile_lowered(gm: fx.GraphModule, example_inputs: Any, **kwargs: Any) -> Any:
-        _log_summary(lower_aten(gm, options))
+        reason = BACKWARD_REASON if kwargs.get("is_backward") else forward_reason
+        if reason is None:
+            _log_summary(lower_aten(gm, options))
+        _log_summary(account_host_macs(gm, options, reason))
         return compiler(gm, example_inputs, **kwargs)
 
     return compile_lowered

@@ -9,9 +9,13 @@ the figures are deterministic and CI can gate on them with zero noise.
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+import math
+from typing import TYPE_CHECKING, Literal
 
 from asic_backend.config import OPS_PER_MAC, AsicConfig
+
+if TYPE_CHECKING:
+    from asic_backend.conv import ConvGeometry
 
 Bound = Literal["compute", "memory"]
 
@@ -62,27 +66,35 @@ def systolic_cycles(config: AsicConfig, m: int, k: int, n: int) -> int:
     return _ceil_div(m, r) * _ceil_div(n, c) * (r + c + k - 2)
 
 
-def dram_bytes(config: AsicConfig, m: int, k: int, n: int, out_bytes: int) -> int:
+def dram_bytes(
+    config: AsicConfig, m: int, k: int, n: int, out_bytes: int, input_bytes: int | None = None
+) -> int:
     """DRAM traffic of the GEMM.
 
     Compulsory: the int8 inputs and weights once, one int32 per output channel, the outputs once.
-    Plus, when the input tile does not fit its SRAM, a re-read of the inputs for every further
-    column fold; and when C accumulator columns for M rows do not fit, each further K fold spills
-    and reloads its int32 partial sums.
+    Plus, when the inputs do not fit their SRAM, a re-read of them for every further column fold;
+    and when C accumulator columns for M rows do not fit, each further K fold spills and reloads
+    its int32 partial sums. ``input_bytes`` is what the inputs are in DRAM, when that is less
+    than the ``M·K`` matrix the array streams (a convolution's feature map: the im2col patches
+    overlap, and the address generator reads each pixel from on-chip SRAM).
     """
     if m == 0 or k == 0 or n == 0:
         return 0
     r, c = config.rows, config.cols
-    total = m * k + k * n + ACC_BYTES * n + m * n * out_bytes
-    if m * k > config.inp_sram_bytes:
-        total += m * k * (_ceil_div(n, c) - 1)
+    inputs = m * k if input_bytes is None else input_bytes
+    total = inputs + k * n + ACC_BYTES * n + m * n * out_bytes
+    if inputs > config.inp_sram_bytes:
+        total += inputs * (_ceil_div(n, c) - 1)
     if ACC_BYTES * m * c > config.acc_sram_bytes:
         total += 2 * ACC_BYTES * m * n * (_ceil_div(k, r) - 1)
     return total
 
 
-def gemm_cost(config: AsicConfig, m: int, k: int, n: int, out_bytes: int) -> GemmCost:
-    """The cost of ``[m,k] x [k,n]`` with ``out_bytes`` per output element (1: int8, 4: int32).
+def gemm_cost(
+    config: AsicConfig, m: int, k: int, n: int, out_bytes: int, input_bytes: int | None = None
+) -> GemmCost:
+    """The cost of ``[m,k] x [k,n]`` with ``out_bytes`` per output element (1: int8, 4: int32);
+    ``input_bytes``: see :func:`dram_bytes`.
 
     >>> cost = gemm_cost(AsicConfig.preset("gemmini"), 8, 64, 32, out_bytes=4)
     >>> cost.cycles, cost.bytes_moved, cost.bound
@@ -91,11 +103,13 @@ def gemm_cost(config: AsicConfig, m: int, k: int, n: int, out_bytes: int) -> Gem
     for label, value in (("m", m), ("k", k), ("n", n)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"gemm_cost: {label} must be a non-negative int, got {value!r}")
+    if input_bytes is not None and not (type(input_bytes) is int and input_bytes >= 0):
+        raise ValueError(f"gemm_cost: input_bytes must be a non-negative int, got {input_bytes!r}")
     if out_bytes not in (1, ACC_BYTES):
         raise ValueError(f"gemm_cost: out_bytes must be 1 (int8) or 4 (int32), got {out_bytes!r}")
     macs = m * k * n
     cycles = systolic_cycles(config, m, k, n)
-    moved = dram_bytes(config, m, k, n, out_bytes)
+    moved = dram_bytes(config, m, k, n, out_bytes, input_bytes)
     ops = OPS_PER_MAC * macs
     t_compute = cycles / config.clock_hz
     t_memory = moved / config.dram_bw_bytes_per_s
@@ -113,3 +127,24 @@ def gemm_cost(config: AsicConfig, m: int, k: int, n: int, out_bytes: int) -> Gem
         roofline_time_s=time_s,
         attained_ops_per_s=ops / time_s if time_s else 0.0,
     )
+
+
+def conv_cost(config: AsicConfig, geo: ConvGeometry, out_bytes: int) -> GemmCost:
+    """The cost of one group's GEMM of the convolution ``geo`` (SCALE-Sim's im2col mapping: the
+    same cycles as the GEMM ``geo.gemm``); a conv issues ``geo.groups`` of them.
+
+    Its DRAM inputs are the group's slice of the feature map, read once, or the patches when a
+    stride makes those fewer (a transposed conv's GEMM inputs are the feature map itself).
+
+    >>> geo = ConvGeometry.of((1, 64, 56, 56), (64, 64, 3, 3), stride=1, padding=1, dilation=1,
+    ...                       groups=1)
+    >>> conv_cost(AsicConfig.preset("default"), geo, out_bytes=4).cycles
+    17590
+    """
+    m, k, n = geo.gemm
+    feature_map = None
+    if not geo.transposed:
+        # A strided conv skips inputs: then the patches it streams are less than the map.
+        group_map = geo.batch * (geo.in_channels // geo.groups) * math.prod(geo.in_size)
+        feature_map = min(group_map, m * k)
+    return gemm_cost(config, m, k, n, out_bytes, input_bytes=feature_map)

@@ -16,7 +16,8 @@ import torch
 
 from asic_backend import numerics
 from asic_backend.config import AsicConfig
-from asic_backend.cycles import ACC_BYTES, GemmCost, gemm_cost
+from asic_backend.conv import ConvGeometry, conv_i32
+from asic_backend.cycles import ACC_BYTES, GemmCost, conv_cost, gemm_cost
 
 #: How many per-GEMM costs a device remembers since its last reset (oldest dropped first).
 COST_HISTORY = 4096
@@ -24,7 +25,7 @@ COST_HISTORY = 4096
 
 @dataclasses.dataclass(frozen=True)
 class HostFallback:
-    """A linear/matmul the DUT could not take, and why (one line), with the user's site if known."""
+    """A matmul-class op the DUT did not run, and why (one line), with the user's site if known."""
 
     op: str
     reason: str
@@ -34,8 +35,19 @@ class HostFallback:
 
 
 @dataclasses.dataclass(frozen=True)
+class HostFallbackStats:
+    """One host-fallback site since the last reset: its calls, MACs, and first call's shapes."""
+
+    site: HostFallback
+    calls: int
+    macs: int
+    shape: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class CounterSnapshot:
-    """A device's counters at one moment. ``peak_macs_per_cycle`` is rows·cols (for utilization)."""
+    """A device's counters at one moment. ``macs`` ran on the DUT, ``host_macs`` on the host
+    (host fallbacks); ``peak_macs_per_cycle`` is rows·cols (for utilization)."""
 
     dut_ops: int = 0
     host_fallbacks: int = 0
@@ -43,6 +55,13 @@ class CounterSnapshot:
     cycles: int = 0
     bytes_moved: int = 0
     peak_macs_per_cycle: int = 0
+    host_macs: int = 0
+
+    @property
+    def dut_share(self) -> float | None:
+        """The share of all MACs that ran on the DUT (None when there were none)."""
+        total = self.macs + self.host_macs
+        return self.macs / total if total else None
 
     @property
     def utilization(self) -> float:
@@ -70,6 +89,7 @@ class CounterSnapshot:
             cycles=cycles,
             bytes_moved=self.bytes_moved + other.bytes_moved,
             peak_macs_per_cycle=peak,
+            host_macs=self.host_macs + other.host_macs,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -78,6 +98,7 @@ class CounterSnapshot:
             "dut_ops": self.dut_ops,
             "host_fallbacks": self.host_fallbacks,
             "macs": self.macs,
+            "host_macs": self.host_macs,
             "cycles": self.cycles,
             "bytes_moved": self.bytes_moved,
             "utilization": self.utilization,
@@ -103,7 +124,8 @@ class Device:
         self._macs = 0
         self._cycles = 0
         self._bytes = 0
-        self._sites: dict[HostFallback, None] = {}  # an ordered set
+        self._host_macs = 0
+        self._sites: dict[HostFallback, HostFallbackStats] = {}  # first-seen order
         self._costs: collections.deque[GemmCost] = collections.deque(maxlen=COST_HISTORY)
 
     def __repr__(self) -> str:
@@ -119,35 +141,52 @@ class Device:
                 cycles=self._cycles,
                 bytes_moved=self._bytes,
                 peak_macs_per_cycle=self.config.peak_macs_per_cycle,
+                host_macs=self._host_macs,
             )
 
     def reset(self) -> None:
         """Zero the counters and forget the host-fallback sites and the per-GEMM costs."""
         with self._lock:
             self._dut_ops = self._host_fallbacks = self._macs = self._cycles = self._bytes = 0
+            self._host_macs = 0
             self._sites.clear()
             self._costs.clear()
 
-    def record_gemm(self, cost: GemmCost) -> None:
-        """Count one GEMM run on the DUT."""
+    def record_gemm(self, cost: GemmCost, count: int = 1) -> None:
+        """Count ``count`` GEMMs of this cost run on the DUT (a grouped conv issues one a group)."""
         with self._lock:
-            self._dut_ops += 1
-            self._macs += cost.macs
-            self._cycles += cost.cycles
-            self._bytes += cost.bytes_moved
-            self._costs.append(cost)
+            self._dut_ops += count
+            self._macs += cost.macs * count
+            self._cycles += cost.cycles * count
+            self._bytes += cost.bytes_moved * count
+            self._costs.extend([cost] * min(count, COST_HISTORY))
 
-    def record_host_fallback(self, site: HostFallback) -> None:
-        """Count one linear that ran on the host; remember its site (each distinct site once)."""
+    def record_host_fallback(
+        self, site: HostFallback, macs: int = 0, shape: str | None = None
+    ) -> None:
+        """Count one call of a matmul-class op that ran on the host, with its MACs."""
         with self._lock:
             self._host_fallbacks += 1
-            self._sites[site] = None
+            self._host_macs += macs
+            known = self._sites.get(site)
+            self._sites[site] = HostFallbackStats(
+                site=site,
+                calls=1 if known is None else known.calls + 1,
+                macs=macs if known is None else known.macs + macs,
+                shape=shape if known is None else known.shape,
+            )
 
     @property
     def host_fallback_sites(self) -> tuple[HostFallback, ...]:
         """The distinct host-fallback sites since the last reset, in first-seen order."""
         with self._lock:
             return tuple(self._sites)
+
+    @property
+    def host_fallback_stats(self) -> tuple[HostFallbackStats, ...]:
+        """Calls and MACs of each host-fallback site since the last reset, in first-seen order."""
+        with self._lock:
+            return tuple(self._sites.values())
 
     @property
     def last_costs(self) -> tuple[GemmCost, ...]:
@@ -216,10 +255,23 @@ def total_snapshot() -> CounterSnapshot:
 
 def all_host_fallbacks() -> list[HostFallback]:
     """The distinct host-fallback sites of all devices, deduplicated, in first-seen order."""
-    sites: dict[HostFallback, None] = {}
+    return [stats.site for stats in all_host_fallback_stats()]
+
+
+def all_host_fallback_stats() -> list[HostFallbackStats]:
+    """Calls and MACs of every host-fallback site of all devices, summed per site."""
+    merged: dict[HostFallback, HostFallbackStats] = {}
     for device in all_devices():
-        sites.update(dict.fromkeys(device.host_fallback_sites))
-    return list(sites)
+        for stats in device.host_fallback_stats:
+            known = merged.get(stats.site)
+            merged[stats.site] = (
+                stats
+                if known is None
+                else dataclasses.replace(
+                    known, calls=known.calls + stats.calls, macs=known.macs + stats.macs
+                )
+            )
+    return list(merged.values())
 
 
 # -- execution entry points: run the numerics and count the GEMM on the device ------------------
@@ -246,6 +298,17 @@ def run_mm_i32(
     acc = numerics.linear_i32(a_q, w_q, a_zp, bias_i32, device.config.acc_overflow)
     m, k = a_q.shape
     device.record_gemm(gemm_cost(device.config, m, k, w_q.shape[0], ACC_BYTES))
+    return acc
+
+
+def run_bmm_i32(a_q: torch.Tensor, w_q: torch.Tensor, *, device: Device) -> torch.Tensor:
+    """A batch of int32-out GEMMs on ``device`` (:func:`asic_backend.numerics.bmm_i32`): int8
+    ``[B, M, K]`` by ``[B, N, K]`` gives int32 ``[B, M, N]``; counted as B GEMMs."""
+    _check_device(device)
+    acc = numerics.bmm_i32(a_q, w_q, device.config.acc_overflow)
+    batch, m, k = a_q.shape
+    if batch:
+        device.record_gemm(gemm_cost(device.config, m, k, w_q.shape[1], ACC_BYTES), count=batch)
     return acc
 
 
@@ -279,4 +342,56 @@ def run_linear_requant(
     )
     m, k = a_q.shape
     device.record_gemm(gemm_cost(device.config, m, k, w_q.shape[0], out_bytes=1))
+    return out
+
+
+def run_conv_i32(
+    x_q: torch.Tensor,
+    w_q: torch.Tensor,
+    geo: ConvGeometry,
+    *,
+    a_zp: int | torch.Tensor = 0,
+    bias_i32: torch.Tensor | None = None,
+    device: Device,
+    out_bytes: int = ACC_BYTES,
+) -> torch.Tensor:
+    """The int32 accumulator of the convolution ``geo`` on ``device``, one GEMM per group
+    (:func:`asic_backend.conv.conv_i32`): int32 ``geo.out_shape``. ``out_bytes`` is what each
+    output leaves the array as (1 when the DUT requantizes it to int8)."""
+    _check_device(device)
+    acc = conv_i32(
+        x_q, w_q, geo, a_zp=a_zp, bias_i32=bias_i32, acc_overflow=device.config.acc_overflow
+    )
+    device.record_gemm(conv_cost(device.config, geo, out_bytes), count=geo.groups)
+    return acc
+
+
+def run_conv_requant(
+    x_q: torch.Tensor,
+    w_q: torch.Tensor,
+    geo: ConvGeometry,
+    *,
+    a_zp: int,
+    bias_i32: torch.Tensor | None,
+    multiplier: torch.Tensor,
+    shift: torch.Tensor,
+    out_zp: int,
+    qmin: int,
+    qmax: int,
+    device: Device,
+) -> torch.Tensor:
+    """The int8-out convolution on ``device``: accumulate, requantize per output channel, add
+    ``out_zp``, clamp: int8 ``geo.out_shape``."""
+    _check_device(device)
+    numerics.check_requant_params(multiplier, shift, geo.out_channels)
+    numerics.check_int8_qparams(a_zp, out_zp, qmin, qmax)
+    acc = conv_i32(
+        x_q, w_q, geo, a_zp=a_zp, bias_i32=bias_i32, acc_overflow=device.config.acc_overflow
+    )
+    rows = acc.movedim(1, -1).reshape(-1, geo.out_channels)  # one row per output point
+    out = numerics.requantize(
+        rows, multiplier, shift, out_zp, qmin, qmax, device.config.requant_rounding
+    )
+    out = out.reshape(geo.batch, *geo.out_size, geo.out_channels).movedim(-1, 1).contiguous()
+    device.record_gemm(conv_cost(device.config, geo, out_bytes=1), count=geo.groups)
     return out

@@ -1,19 +1,20 @@
-"""PT2E converted layers → ``asic::qlinear``.
+"""PT2E converted layers → ``asic::qlinear`` / ``asic::qconv``.
 
 On the Dynamo graph a PT2E layer is still ``dequantize_per_tensor(x_q) → linear(·,
-dequantize_per_channel(W_q), b)``, optionally followed by ``relu`` and ``quantize_per_tensor``
-(the shape inductor's x86 pass, ``torch/_inductor/fx_passes/quantization.py``, matches later).
-The whole chain becomes one ``asic::qlinear`` on the integer tensors: int8-out with the
-requantization on the DUT when the output is quantized, else int32-out scaled on the host.
-Static qparams (Python numbers) and dynamic ones (``choose_qparams`` outputs) both work.
+dequantize_per_channel(W_q), b)`` (or ``conv2d``), optionally followed by ``relu`` and
+``quantize_per_tensor`` (the shape inductor's x86 pass, ``torch/_inductor/fx_passes/
+quantization.py``, matches later). The whole chain becomes one ``asic::qlinear`` or
+``asic::qconv`` on the integer tensors: int8-out with the requantization on the DUT when the
+output is quantized, else int32-out scaled on the host. Static qparams (Python numbers) and
+dynamic ones (``choose_qparams`` outputs) both work.
 
->>> if is_pt2e_linear(x, w):        # x, w: the linear's input and weight nodes
+>>> if is_pt2e_pair(x, w):        # x, w: the linear's input and weight nodes
 ...     lower_pt2e(rw, linear_node, x, w, bias)
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import fx
@@ -22,7 +23,10 @@ from asic_backend import numerics
 from asic_backend.fx_nodes import dtype_of, get_arg, ndim_of, real_tensor
 from asic_backend.rewrite import Rewrite
 
-__all__ = ["is_pt2e_linear", "lower_pt2e"]
+if TYPE_CHECKING:
+    from asic_backend.lower_conv import ConvCall
+
+__all__ = ["is_pt2e_pair", "lower_pt2e", "lower_pt2e_conv"]
 
 _aten = torch.ops.aten
 
@@ -41,17 +45,45 @@ def _dequantize_name(node: fx.Node) -> str | None:
     return name if name is not None and name.startswith("dequantize_per_") else None
 
 
-def is_pt2e_linear(x: fx.Node, w: fx.Node) -> bool:
-    """Whether a linear's input and weight both come straight from PT2E dequantize ops."""
+def is_pt2e_pair(x: fx.Node, w: fx.Node) -> bool:
+    """Whether a linear's (or conv's) input and weight both come straight from PT2E
+    dequantize ops."""
     return _dequantize_name(x) is not None and _dequantize_name(w) is not None
 
 
 def lower_pt2e(rw: Rewrite, node: fx.Node, x: fx.Node, w: fx.Node, b: Any) -> None:
     """Replace the PT2E linear ``node`` (and a ``relu``/``quantize`` that only it feeds)."""
-    reason = _unsupported(rw, x, w)
+    reason = _unsupported(rw, x, w, weight_dims=(2,))
     if reason is not None:
-        rw.host(node, x, reason)
+        rw.host(node, reason)
         return
+    _emit(rw, node, x, w, torch.ops.asic.qlinear.default, (b,), "PT2E linear")
+
+
+def lower_pt2e_conv(rw: Rewrite, node: fx.Node, call: ConvCall) -> None:
+    """Replace the PT2E convolution ``node`` (and a ``relu``/``quantize`` only it feeds)."""
+    from asic_backend.lower_conv import STATIC_ONLY
+
+    x, w = call.x, call.w
+    reason = _unsupported(rw, x, w, weight_dims=(3, 4, 5), channel_axis=int(call.transposed))
+    layout = call.static()
+    if reason is not None or layout is None:
+        rw.host(node, reason or STATIC_ONLY)
+        return
+    extra = (call.bias, *layout)
+    _emit(rw, node, x, w, torch.ops.asic.qconv.default, extra, "PT2E conv")
+
+
+def _emit(
+    rw: Rewrite,
+    node: fx.Node,
+    x: fx.Node,
+    w: fx.Node,
+    op: Any,
+    layer_args: tuple[Any, ...],
+    what: str,
+) -> None:
+    """Put ``op(x_q, qparams..., *layer_args, output qparams..., device)`` in place of the chain."""
     g = rw.graph
     out_dtype = dtype_of(node) or torch.float32
     y_scale, y_zp, y_qmin, y_qmax = 0.0, 0, 0, 0
@@ -76,7 +108,7 @@ def lower_pt2e(rw: Rewrite, node: fx.Node, x: fx.Node, w: fx.Node, b: Any) -> No
         ]
         x_scale, x_zp, w_scale, w_zp = qparams
         new = g.call_function(
-            torch.ops.asic.qlinear.default,
+            op,
             (
                 x.args[0],
                 x_scale,
@@ -84,7 +116,7 @@ def lower_pt2e(rw: Rewrite, node: fx.Node, x: fx.Node, w: fx.Node, b: Any) -> No
                 w.args[0],
                 w_scale,
                 w_zp,
-                b,
+                *layer_args,
                 y_scale,
                 y_zp,
                 y_qmin,
@@ -93,7 +125,6 @@ def lower_pt2e(rw: Rewrite, node: fx.Node, x: fx.Node, w: fx.Node, b: Any) -> No
                 rw.options.device,
             ),
         )
-    what = "PT2E linear"
     if quant is not None:
         new.meta.update(quant.meta)
         quant.replace_all_uses_with(new)
@@ -101,7 +132,7 @@ def lower_pt2e(rw: Rewrite, node: fx.Node, x: fx.Node, w: fx.Node, b: Any) -> No
         if relu is not None:
             rw.erase(relu)
         what += " + relu + quantize" if relu is not None else " + quantize"
-    rw.replace(node, new, f"{what} -> asic::qlinear")
+    rw.replace(node, new, f"{what} -> {op._schema.name}")
     for dq in (x, w):
         if not dq.users:
             rw.erase(dq)
@@ -114,7 +145,9 @@ def _as_tensor_node(g: fx.Graph, value: Any, dtype: torch.dtype) -> fx.Node:
     return g.call_function(_aten.scalar_tensor.default, (value,), {"dtype": dtype})
 
 
-def _unsupported(rw: Rewrite, x: fx.Node, w: fx.Node) -> str | None:
+def _unsupported(
+    rw: Rewrite, x: fx.Node, w: fx.Node, weight_dims: tuple[int, ...], channel_axis: int = 0
+) -> str | None:
     """Why the DUT cannot take this PT2E layer (None: it can)."""
     xdq, wdq = _dequantize_name(x), _dequantize_name(w)
     if xdq not in ("dequantize_per_tensor.default", "dequantize_per_tensor.tensor"):
@@ -122,12 +155,20 @@ def _unsupported(rw: Rewrite, x: fx.Node, w: fx.Node) -> str | None:
     if dtype_of(x.args[0]) not in (torch.int8, torch.uint8):
         return f"{dtype_of(x.args[0])} activations: the DUT takes int8/uint8"
     if wdq == "dequantize_per_channel.default":
-        if int(get_arg(w, 3, "axis")) != 0:
-            return "per-channel weights along axis 1: the DUT scales output channels (axis 0)"
+        axis = int(get_arg(w, 3, "axis"))
+        if axis != channel_axis:
+            return (
+                f"per-channel weights along axis {axis}, which the layer sums over: an int8 GEMM "
+                f"can only scale its output channels (axis {channel_axis} of these weights); "
+                "quantize the weights per output channel or per tensor"
+            )
     elif wdq != "dequantize_per_tensor.default":
         return f"weights dequantized by {wdq}: the DUT takes per-channel or per-tensor int8 weights"
-    if dtype_of(w.args[0]) != torch.int8 or ndim_of(w.args[0]) != 2:
-        return f"{dtype_of(w.args[0])} weights: the DUT takes 2-D int8 weights"
+    if dtype_of(w.args[0]) != torch.int8 or ndim_of(w.args[0]) not in weight_dims:
+        return (
+            f"{ndim_of(w.args[0])}-D {dtype_of(w.args[0])} weights: the DUT takes int8 weights "
+            f"of {' or '.join(map(str, weight_dims))} dims here"
+        )
     w_zp: Any = w.args[2]  # a node, or a Python int when static
     # A zero point the graph cannot show (a computed one) is checked by asic::qlinear at run time.
     zp = real_tensor(rw.gm, w_zp) if isinstance(w_zp, fx.Node) else w_zp

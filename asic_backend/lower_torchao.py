@@ -41,7 +41,7 @@ def lower_torchao(rw: Rewrite, node: fx.Node, x: fx.Node, w: fx.Node, b: Any, wv
                 "the DUT takes symmetric int8 weights"
             ) + " (weight_mapping_type=SYMMETRIC)"
     if isinstance(plan, str):
-        rw.host(node, x, plan)
+        rw.host(node, plan)
         return
     g = rw.graph
     with g.inserting_before(node):

@@ -1,5 +1,6 @@
-"""The lowering driver: moves every quantized (and, by default, every float) linear and matmul
-of a Dynamo graph onto the DUT, as ``asic::`` ops (:mod:`asic_backend.quant_ops`).
+"""The lowering driver: moves every quantized (and, by default, every float) matmul-class op
+of a Dynamo graph onto the DUT, as ``asic::`` ops (:mod:`asic_backend.quant_ops`,
+:mod:`~asic_backend.conv_ops`, :mod:`~asic_backend.attention_ops`).
 
 It runs on the Dynamo graph, before AOTAutograd: there a TorchAO layer is still one ``linear``
 whose weight is the tensor subclass, and a PT2E layer is still ``dequantize → linear``. Each
@@ -7,17 +8,21 @@ kind of site has its own module:
 
 1. a model prepared for QAT (or PT2E) but not converted is refused
    (:mod:`~asic_backend.unconverted`);
-2. PT2E layers → ``asic::qlinear`` (:mod:`~asic_backend.lower_pt2e`);
+2. PT2E layers → ``asic::qlinear`` / ``asic::qconv`` (:mod:`~asic_backend.lower_pt2e`);
 3. TorchAO ``Int8Tensor`` / ``IntxUnpackedToInt8Tensor`` linears → ``asic::dyn_qlinear``
    (:mod:`~asic_backend.lower_torchao`);
 4. float linears and linear-like matmuls → ``asic::dyn_linear``, activation x activation
-   matmuls → ``asic::dyn_matmul`` (:mod:`~asic_backend.lower_float`);
-5. calls Dynamo keeps opaque (``F.multi_head_attention_forward``) are tagged, and
-   :func:`lower_aten` lowers their GEMMs on the aten graph (:mod:`~asic_backend.lower_aten`).
+   matmuls (``bmm``, ``baddbmm``, ``addbmm``) → ``asic::dyn_matmul``
+   (:mod:`~asic_backend.lower_float`);
+5. convolutions (1-D/2-D/3-D, grouped, transposed) → ``asic::dyn_conv``
+   (:mod:`~asic_backend.lower_conv`);
+6. ``F.scaled_dot_product_attention`` → ``asic::dyn_sdpa`` (:mod:`~asic_backend.lower_attention`);
+7. calls Dynamo keeps opaque (``F.multi_head_attention_forward``, ``torch.einsum``) are tagged,
+   and :func:`lower_aten` lowers their GEMMs on the aten graph (:mod:`~asic_backend.lower_aten`).
 
-Anything the DUT cannot take (dtype, grouping, a fused C++ fast path, …) stays on the host behind
-an ``asic::host_fallback`` marker, which counts it on every run, with the user's ``file:line``
-(:class:`~asic_backend.rewrite.Rewrite`).
+Anything the DUT cannot take (dtype, dropout, a fused C++ fast path, …) stays on the host with
+a reason, and the aten-level accounting (:mod:`~asic_backend.accounting`) counts each of its
+matmul-class ops on every run, with its MACs and the user's ``file:line``.
 
 >>> summary = lower(gm, LoweringOptions(device="default"))   # gm: a Dynamo GraphModule
 >>> summary.dut, summary.host                                  # what went where, and why
@@ -31,6 +36,9 @@ from typing import Any
 import torch
 from torch import fx
 
+import asic_backend.attention_ops
+import asic_backend.conv_ops
+import asic_backend.quant_ops  # noqa: F401  (the asic:: ops the passes emit)
 from asic_backend.fx_nodes import example_value, get_arg, is_plain
 from asic_backend.lower_aten import (
     FUSED_FASTPATHS,
@@ -40,8 +48,10 @@ from asic_backend.lower_aten import (
     lower_aten,
     tag_region,
 )
+from asic_backend.lower_attention import SDPA_TARGETS, lower_sdpa
+from asic_backend.lower_conv import CONV_TARGETS, lower_conv
 from asic_backend.lower_float import lower_float_linear, lower_matmul
-from asic_backend.lower_pt2e import is_pt2e_linear, lower_pt2e
+from asic_backend.lower_pt2e import is_pt2e_pair, lower_pt2e
 from asic_backend.lower_torchao import lower_torchao
 from asic_backend.rewrite import POLICIES, LoweringOptions, LoweringSummary, Policy, Rewrite
 from asic_backend.unconverted import NotConvertedError, reject_unconverted
@@ -78,6 +88,10 @@ def lower(gm: fx.GraphModule, options: LoweringOptions) -> LoweringSummary:
             tag_region(rw, node)
         elif kind == "fused":
             fused_fastpath_on_host(rw, node)
+        elif kind == "conv":
+            lower_conv(rw, node)
+        elif kind == "sdpa":
+            lower_sdpa(rw, node)
         elif kind is not None:
             lower_matmul(rw, node, kind)
     gm.graph.lint()
@@ -90,7 +104,7 @@ def _lower_linear(rw: Rewrite, node: fx.Node) -> None:
     x, w, b = get_arg(node, 0, "input"), get_arg(node, 1, "weight"), get_arg(node, 2, "bias")
     if not (isinstance(x, fx.Node) and isinstance(w, fx.Node)):
         return
-    if is_pt2e_linear(x, w):
+    if is_pt2e_pair(x, w):
         lower_pt2e(rw, node, x, w, b)
         return
     wv = example_value(w)
@@ -113,6 +127,12 @@ _BY_TARGET: dict[Any, str] = {
     _aten.bmm.default: "bmm",
     torch.addmm: "addmm",
     _aten.addmm.default: "addmm",
+    torch.baddbmm: "baddbmm",
+    _aten.baddbmm.default: "baddbmm",
+    torch.addbmm: "addbmm",
+    _aten.addbmm.default: "addbmm",
+    **dict.fromkeys(CONV_TARGETS, "conv"),
+    **dict.fromkeys(SDPA_TARGETS, "sdpa"),
 }
 _BY_METHOD = {
     "matmul": "matmul",
@@ -120,6 +140,8 @@ _BY_METHOD = {
     "mm": "mm",
     "bmm": "bmm",
     "addmm": "addmm",
+    "baddbmm": "baddbmm",
+    "addbmm": "addbmm",
 }
 
 

@@ -190,7 +190,8 @@ def _int_mm_is_exact() -> bool:
     return exact
 
 
-def _int_mm_applies(k: int) -> bool:
+def int_mm_applies(k: int) -> bool:
+    """Whether ``torch._int_mm`` computes a reduction of length ``k`` exactly on this host."""
     return INT_MM_MIN_K <= k <= INT_MM_MAX_K and _int_mm_is_exact()
 
 
@@ -220,7 +221,7 @@ def _rowsum_w(w_q: torch.Tensor, use_int_mm: bool) -> torch.Tensor:
     return w_q.sum(dim=1, dtype=torch.int64)
 
 
-def _to_int32(exact: torch.Tensor, acc_overflow: AccOverflow) -> torch.Tensor:
+def narrow_i32(exact: torch.Tensor, acc_overflow: AccOverflow) -> torch.Tensor:
     """Narrow an exact int64 accumulator to int32: two's complement wrap, or saturate."""
     if acc_overflow == "saturate":
         return exact.clamp_(INT32_MIN, INT32_MAX).to(torch.int32)
@@ -274,7 +275,7 @@ def linear_i32(
     check_acc_overflow(acc_overflow)
     m, k = a_q.shape
     zp = _normalize_zp(a_zp, m)
-    fast = _int_mm_applies(k)
+    fast = int_mm_applies(k)
     has_zp = isinstance(zp, torch.Tensor) or zp != 0
 
     # acc is int32 on the fast path, else exact int64 (narrowed at the end).
@@ -284,7 +285,7 @@ def linear_i32(
     else:
         acc = _exact_gemm_i64(a_q, w_q)
     if not has_zp and bias_i32 is None:
-        return acc if fast else _to_int32(acc, acc_overflow)
+        return acc if fast else narrow_i32(acc, acc_overflow)
 
     bias = bias_i32.to(torch.int64) if bias_i32 is not None else None
     if isinstance(zp, int):
@@ -295,7 +296,7 @@ def linear_i32(
         if fast and k * MAX_INT8_PRODUCT + _abs_max(corr) <= INT32_MAX:
             # No partial result can leave int32, so plain int32 arithmetic is exact.
             return acc.add_(corr.to(torch.int32))
-        return _to_int32(acc.to(torch.int64).add_(corr), acc_overflow)
+        return narrow_i32(acc.to(torch.int64).add_(corr), acc_overflow)
 
     # Per row: the correction zp[m]·rowsum[n] is a rank-1 [M,N] term.
     rowsum = _rowsum_w(w_q, fast)
@@ -307,7 +308,28 @@ def linear_i32(
     exact = acc.to(torch.int64).addcmul_(zp, rowsum, value=-1)
     if bias is not None:
         exact.add_(bias)
-    return _to_int32(exact, acc_overflow)
+    return narrow_i32(exact, acc_overflow)
+
+
+def bmm_i32(
+    a_q: torch.Tensor, w_q: torch.Tensor, acc_overflow: AccOverflow = "wrap"
+) -> torch.Tensor:
+    """A batch of GEMMs ``a_q[b] · w_q[b]ᵀ`` (int8 ``[B, M, K]`` by ``[B, N, K]``): int32
+    ``[B, M, N]``, contiguous, each equal to :func:`linear_i32` of its pair."""
+    if a_q.dim() != 3 or w_q.dim() != 3 or a_q.shape[0] != w_q.shape[0]:
+        raise ValueError(
+            f"asic: a batched GEMM takes [B, M, K] and [B, N, K], got {_describe(a_q)} and "
+            f"{_describe(w_q)}"
+        )
+    batch, m, k = a_q.shape
+    if batch == 0 or not int_mm_applies(k):
+        out = [linear_i32(a_q[i], w_q[i], acc_overflow=acc_overflow) for i in range(batch)]
+        return torch.stack(out) if out else a_q.new_zeros((0, m, w_q.shape[1]), dtype=torch.int32)
+    check_gemm_operands(a_q[0], w_q[0])
+    acc = torch.empty((batch, m, w_q.shape[1]), dtype=torch.int32, device=a_q.device)
+    for i in range(batch):  # exact: no int8 reduction of length k can leave int32
+        torch._int_mm(_row_major(a_q[i]), _row_major(w_q[i]).t(), out=acc[i])
+    return acc
 
 
 def _abs_max(t: torch.Tensor) -> int:

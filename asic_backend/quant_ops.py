@@ -18,7 +18,7 @@ torch.Size([4, 32])
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import threading
 from collections.abc import Callable, MutableMapping
 from typing import Any, TypeVar, cast
@@ -28,7 +28,7 @@ from torch import Tensor
 from torch.utils.weak import WeakIdKeyDictionary
 
 from asic_backend import numerics
-from asic_backend.device import HostFallback, get_device, run_linear_requant, run_mm_i32
+from asic_backend.device import get_device, run_bmm_i32, run_linear_requant, run_mm_i32
 from asic_backend.numerics import INT8_MAX, INT8_MIN
 
 #: uint8 activations (PT2E x86) enter the int8 array shifted by this; exact, both ways.
@@ -67,11 +67,12 @@ def choose_qparams_rows(
     ``eps`` clamp, then the cast to ``scale_dtype`` (``None``: keep ``x.dtype``). Returns
     ``scale [M, 1]`` and an int32 ``zp [M, 1]`` (``[1, 1]`` when ``per_tensor``).
     """
-    # One fused pass; the same values as TorchAO's separate amin / amax.
+    # TorchAO's amin / amax (exact, so any reduction gives the same values). Per row, two
+    # reductions: torch's aminmax(dim=...) is ~50x slower than amin + amax on the CPU.
     if per_tensor:
         lo, hi = (t.reshape(1, 1) for t in torch.aminmax(x))
     else:
-        lo, hi = torch.aminmax(x, dim=-1, keepdim=True)
+        lo, hi = x.amin(dim=-1, keepdim=True), x.amax(dim=-1, keepdim=True)
     min_neg = torch.minimum(lo, torch.zeros_like(lo))
     max_pos = torch.maximum(hi, torch.zeros_like(hi))
     if symmetric:
@@ -94,13 +95,23 @@ def quantize_rows(x: Tensor, scale: Tensor, zp: Tensor, qmin: int, qmax: int) ->
     return q.clamp_(qmin, qmax).to(torch.int8)
 
 
-def _quantize_sym_rows(x: Tensor) -> tuple[Tensor, Tensor]:
-    """The backend's own dynamic int8: symmetric per row, TorchAO's formula. ``(q, scale f32)``."""
+def quantize_sym_rows(x: Tensor) -> tuple[Tensor, Tensor]:
+    """The backend's own dynamic int8 of a 2-D ``x``: symmetric per row, TorchAO's formula
+    (``amax / 127.5``). ``(q int8, scale f32 [rows, 1])``.
+
+    A row of one value (the operand of an outer product, K = 1, such as rotary angles) takes
+    ``|v| / 127`` instead, so it becomes exactly ±127 and the product is exact: int8 rounding
+    would shift every angle by up to 0.4%.
+    """
+    if x.shape[-1] == 1:
+        scale = torch.clamp(x.abs().to(torch.float32) / INT8_MAX, min=F32_EPS)
+        zero = torch.zeros_like(scale, dtype=torch.int32)
+        return quantize_rows(x, scale, zero, INT8_MIN, INT8_MAX), scale
     scale, zp = choose_qparams_rows(x, symmetric=True)
     return quantize_rows(x, scale, zp, INT8_MIN, INT8_MAX), scale
 
 
-def _stamp(t: Tensor | None) -> tuple[Any, ...] | None:
+def stamp(t: Tensor | None) -> tuple[Any, ...] | None:
     """What identifies ``t``'s current contents, or None when that cannot be known."""
     if t is None:
         return ()
@@ -110,7 +121,7 @@ def _stamp(t: Tensor | None) -> tuple[Any, ...] | None:
     return (t.data_ptr(), t._version, tuple(t.shape), tuple(t.stride()), t.dtype)
 
 
-class _TensorCache:
+class TensorCache:
     """Values derived from a long-lived tensor (a weight), keyed by that tensor itself.
 
     An entry lives as long as its key tensor (weak keys) and is remade when the stamp changes: an
@@ -124,17 +135,18 @@ class _TensorCache:
         )
         self._lock = threading.Lock()
 
-    def get(self, key: Tensor, stamp: tuple[Any, ...] | None, make: Callable[[], _T]) -> _T:
-        if stamp is None:
+    def get(self, key: Tensor, version: tuple[Any, ...] | None, make: Callable[[], _T]) -> _T:
+        """The value made for ``key`` at ``version`` (a :func:`stamp`); None: always remake."""
+        if version is None:
             return make()
         with self._lock:
             hit = self._entries.get(key)
-        if hit is not None and hit[0] == stamp:
+        if hit is not None and hit[0] == version:
             value: _T = hit[1]
             return value
         value = make()
         with self._lock:
-            self._entries[key] = (stamp, value)
+            self._entries[key] = (version, value)
         return value
 
     def clear(self) -> None:
@@ -144,27 +156,38 @@ class _TensorCache:
 
 def _quantize_weight(w: Tensor, transposed: bool) -> tuple[Tensor, Tensor]:
     w_nk = w.detach().t() if transposed else w.detach()
-    q, scale = _quantize_sym_rows(w_nk)
+    q, scale = quantize_sym_rows(w_nk)
     return q.contiguous(), scale.reshape(-1)
 
 
 def _cached_weight(w: Tensor, transposed: bool) -> tuple[Tensor, Tensor]:
-    stamp = _stamp(w)
+    key = stamp(w)
     return _weight_cache.get(
-        w, None if stamp is None else (*stamp, transposed), lambda: _quantize_weight(w, transposed)
+        w, None if key is None else (*key, transposed), lambda: _quantize_weight(w, transposed)
     )
 
 
+#: Every cache of values derived from weights, so :func:`clear_caches` empties them all.
+CACHES: list[TensorCache] = []
+
+
+def new_cache() -> TensorCache:
+    """A :class:`TensorCache` that :func:`clear_caches` clears."""
+    cache = TensorCache()
+    CACHES.append(cache)
+    return cache
+
+
 #: Quantized float weights (``asic::dyn_linear``).
-_weight_cache = _TensorCache()
+_weight_cache = new_cache()
 #: PT2E per-layer DUT parameters: checked weight zero point, requant multipliers, int32 bias.
-_qparams_cache = _TensorCache()
+_qparams_cache = new_cache()
 
 
 def clear_caches() -> None:
     """Forget every cached quantized weight and requantization parameter."""
-    _weight_cache.clear()
-    _qparams_cache.clear()
+    for cache in CACHES:
+        cache.clear()
 
 
 def _out_shape(x: Tensor, n: int | torch.SymInt) -> list[int | torch.SymInt]:
@@ -279,7 +302,7 @@ def dyn_linear(
     n = w_q.shape[0]
     if x2.shape[0] == 0:
         return x.new_zeros(_out_shape(x, n))
-    xq, x_scale = _quantize_sym_rows(x2)
+    xq, x_scale = quantize_sym_rows(x2)
     acc = run_mm_i32(xq, w_q, device=get_device(device))
     y = numerics.dequantize_acc(acc, x_scale, w_scale, bias)
     return y.to(x.dtype).reshape(_out_shape(x, n)).contiguous()
@@ -302,24 +325,32 @@ def _(
 # -- asic::dyn_matmul: activation x activation -------------------------------------------------
 
 
-@torch.library.custom_op("asic::dyn_matmul", mutates_args=())
-def dyn_matmul(a: Tensor, b: Tensor, device: str) -> Tensor:
-    """``a @ b`` of two activations (``[..., M, K] @ [..., K, N]``, batch dims broadcast), both
-    quantized dynamically: ``a`` symmetric per row, ``b`` symmetric per column; one DUT GEMM per
-    batch element."""
+def dut_matmul(a: Tensor, b: Tensor, device: str, alpha: float = 1.0) -> Tensor:
+    """``alpha · (a @ b)`` of two float activations on the DUT, as float32: ``[..., M, K] @
+    [..., K, N]``, batch dims broadcast, ``a`` quantized symmetric per row and ``b`` per column;
+    one DUT GEMM per batch element. ``alpha`` is folded into the rescale (no extra pass)."""
     batch = _broadcast_shapes(a.shape[:-2], b.shape[:-2])
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     a3 = a.expand(*batch, m, k).reshape(-1, m, k)
     bt3 = b.expand(*batch, k, n).reshape(-1, k, n).transpose(1, 2)
     if a3.numel() == 0 or bt3.numel() == 0:
-        return a.new_zeros((*batch, m, n))
-    aq, a_scale = _quantize_sym_rows(a3.reshape(-1, k))
-    bq, b_scale = _quantize_sym_rows(bt3.reshape(-1, k))
-    aq, bq = aq.reshape(-1, m, k), bq.reshape(-1, n, k)
-    dev = get_device(device)
-    acc = torch.stack([run_mm_i32(aq[i], bq[i], device=dev) for i in range(aq.shape[0])])
-    y = acc.to(torch.float32) * a_scale.reshape(-1, m, 1) * b_scale.reshape(-1, 1, n)
-    return y.to(a.dtype).reshape(*batch, m, n).contiguous()
+        return a.new_zeros((*batch, m, n), dtype=torch.float32)
+    aq, a_scale = quantize_sym_rows(a3.reshape(-1, k))
+    bq, b_scale = quantize_sym_rows(bt3.reshape(-1, k))
+    acc = run_bmm_i32(aq.reshape(-1, m, k), bq.reshape(-1, n, k), device=get_device(device))
+    # int32 x float32 is (float32(acc) · s_a), rounded, then · s_b: two passes, not three.
+    if alpha != 1.0:
+        a_scale = a_scale * alpha
+    y = torch.mul(acc, a_scale.reshape(-1, m, 1)).mul_(b_scale.reshape(-1, 1, n))
+    return y.reshape(*batch, m, n)
+
+
+@torch.library.custom_op("asic::dyn_matmul", mutates_args=())
+def dyn_matmul(a: Tensor, b: Tensor, device: str) -> Tensor:
+    """``a @ b`` of two activations (``[..., M, K] @ [..., K, N]``, batch dims broadcast), both
+    quantized dynamically: ``a`` symmetric per row, ``b`` symmetric per column; one DUT GEMM per
+    batch element (:func:`dut_matmul`)."""
+    return dut_matmul(a, b, device).to(a.dtype).contiguous()
 
 
 @dyn_matmul.register_fake
@@ -361,18 +392,13 @@ def qlinear(
     dev = get_device(device)
     k = x_q.shape[-1]
     n = w_q.shape[0]
-    x2 = x_q.reshape(-1, k)
-    a_zp = int(x_zp.reshape(-1)[0])
-    if x2.dtype == torch.uint8:
-        x2 = (x2.to(torch.int16) - UINT8_SHIFT).to(torch.int8)
-        a_zp -= UINT8_SHIFT
-    s_x = float(x_scale.reshape(-1)[0])
+    x2, a_zp, s_x = pt2e_activation(x_q.reshape(-1, k), x_scale, x_zp)
     requant = out_dtype in (torch.int8, torch.uint8)
-    params = _qlinear_params(w_scale, w_zp, bias, s_x, y_scale if requant else None)
+    params = qlinear_params(w_scale, w_zp, bias, s_x, y_scale if requant else None)
     if x2.shape[0] == 0:
         return x_q.new_zeros(_out_shape(x_q, n), dtype=out_dtype)
     if requant:
-        offset = UINT8_SHIFT if out_dtype == torch.uint8 else 0
+        window = Pt2eOutput.of(out_dtype, y_zp, y_qmin, y_qmax)
         assert params.multiplier is not None
         assert params.shift is not None
         y = run_linear_requant(
@@ -382,20 +408,50 @@ def qlinear(
             bias_i32=params.bias_i32,
             multiplier=params.multiplier,
             shift=params.shift,
-            out_zp=y_zp - offset,
-            qmin=y_qmin - offset,
-            qmax=y_qmax - offset,
+            out_zp=window.zp,
+            qmin=window.qmin,
+            qmax=window.qmax,
             device=dev,
         )
-        if offset:
-            y = (y.to(torch.int16) + offset).to(out_dtype)
+        y = window.to_dtype(y)
     else:
         acc = run_mm_i32(x2, w_q, a_zp=a_zp, device=dev)
         y = numerics.dequantize_acc(acc, s_x, params.w_scale, bias).to(out_dtype)
     return y.reshape(_out_shape(x_q, n)).contiguous()
 
 
-class _QParams:
+def pt2e_activation(x_q: Tensor, x_scale: Tensor, x_zp: Tensor) -> tuple[Tensor, int, float]:
+    """A PT2E per-tensor activation as the int8 array takes it: ``(x int8, zero-point,
+    scale)``; uint8 data (x86) is shifted by :data:`UINT8_SHIFT`, values and zero-point, exactly."""
+    a_zp = int(x_zp.reshape(-1)[0])
+    if x_q.dtype == torch.uint8:
+        x_q = (x_q.to(torch.int16) - UINT8_SHIFT).to(torch.int8)
+        a_zp -= UINT8_SHIFT
+    return x_q, a_zp, float(x_scale.reshape(-1)[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class Pt2eOutput:
+    """A fused ``quantize_per_tensor``'s zero-point and range in the array's int8 domain: a
+    uint8 output is produced as int8 shifted down by ``offset``, then shifted back."""
+
+    dtype: torch.dtype
+    offset: int
+    zp: int
+    qmin: int
+    qmax: int
+
+    @classmethod
+    def of(cls, dtype: torch.dtype, zp: int, qmin: int, qmax: int) -> Pt2eOutput:
+        offset = UINT8_SHIFT if dtype == torch.uint8 else 0
+        return cls(dtype, offset, zp - offset, qmin - offset, qmax - offset)
+
+    def to_dtype(self, y: Tensor) -> Tensor:
+        """The array's int8 result as the output dtype."""
+        return (y.to(torch.int16) + self.offset).to(self.dtype) if self.offset else y
+
+
+class QParams:
     """A PT2E layer's DUT parameters, derived once per (weights, static scales)."""
 
     __slots__ = ("bias_i32", "multiplier", "shift", "w_scale")
@@ -415,12 +471,12 @@ class _QParams:
             self.multiplier, self.shift = numerics.quantize_multiplier(s_x * s_w / y_scale)
 
 
-def _qlinear_params(
+def qlinear_params(
     w_scale: Tensor, w_zp: Tensor, bias: Tensor | None, s_x: float, y_scale: float | None
-) -> _QParams:
-    stamps = (_stamp(w_scale), _stamp(w_zp), _stamp(bias))
-    stamp = None if None in stamps else (*stamps, s_x, y_scale)
-    return _qparams_cache.get(w_scale, stamp, lambda: _QParams(w_scale, w_zp, bias, s_x, y_scale))
+) -> QParams:
+    stamps = (stamp(w_scale), stamp(w_zp), stamp(bias))
+    key = None if None in stamps else (*stamps, s_x, y_scale)
+    return _qparams_cache.get(w_scale, key, lambda: QParams(w_scale, w_zp, bias, s_x, y_scale))
 
 
 @qlinear.register_fake
@@ -441,47 +497,3 @@ def _(
 ) -> Tensor:
     _check_k("qlinear", x_q.shape[-1], w_q.shape[-1])
     return x_q.new_empty(_out_shape(x_q, w_q.shape[0]), dtype=out_dtype)
-
-
-# -- asic::host_fallback: an op the DUT cannot take, counted at run time -----------------------
-
-
-@functools.lru_cache(maxsize=1024)
-def _site(
-    op: str, reason: str, file: str | None, line: int | None, source: str | None
-) -> HostFallback:
-    return HostFallback(op=op, reason=reason, file=file, line=line, source=source)
-
-
-@torch.library.custom_op("asic::host_fallback", mutates_args=())
-def host_fallback(
-    x: Tensor,
-    device: str,
-    op: str,
-    reason: str,
-    file: str | None,
-    line: int | None,
-    source: str | None,
-) -> Tensor:
-    """Count one host fallback of ``op`` (at ``file:line``, for ``reason``) and pass ``x`` on.
-
-    The lowering threads the input of an op the DUT cannot take through this, so the count
-    happens on every run (not once at compile time), and cannot be dropped as dead code: the op
-    itself then runs on the host, unchanged. The site is in the arguments, so a cached graph
-    needs no side table.
-    """
-    get_device(device).record_host_fallback(_site(op, reason, file, line, source))
-    return x.clone(memory_format=torch.contiguous_format)
-
-
-@host_fallback.register_fake
-def _(
-    x: Tensor,
-    device: str,
-    op: str,
-    reason: str,
-    file: str | None,
-    line: int | None,
-    source: str | None,
-) -> Tensor:
-    return torch.empty_like(x, memory_format=torch.contiguous_format)

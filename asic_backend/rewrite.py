@@ -1,11 +1,15 @@
 """What every lowering pass shares: its options, its summary, and :class:`Rewrite`, the graph
-edits it makes (put an ``asic::`` op in place of a node; leave a node on the host behind a
-counted ``asic::host_fallback`` marker).
+edits it makes (put an ``asic::`` op in place of a node; leave a node on the host, saying why).
+
+A node left on the host is not counted here: the reason goes into ``node.meta["custom"]``, which
+AOTAutograd copies onto every aten node traced out of it, and the aten-level accounting
+(:mod:`asic_backend.accounting`) counts each matmul-class aten op that remains, with its MACs,
+that reason and the user's ``file:line``. One place counts, whatever left the op on the host.
 
 >>> rw = Rewrite(gm, LoweringOptions(device="default"))
 >>> rw.replace(node, rw.call_before(node, torch.ops.asic.dyn_matmul.default, (a, b, "default")),
 ...            "matmul -> asic::dyn_matmul")
->>> rw.host(other, x, "float64 operands: the DUT path quantizes float32/bfloat16/float16 only")
+>>> rw.host(other, "float64 operands: the DUT path quantizes float32/bfloat16/float16 only")
 >>> rw.summary.dut, rw.summary.host
 """
 
@@ -16,24 +20,38 @@ from typing import Any, Literal
 
 import torch
 from torch import fx
+from torch._guards import detect_fake_mode
 
-import asic_backend.quant_ops  # noqa: F401  (defines the asic:: ops the passes emit)
 from asic_backend.device import HostFallback
 from asic_backend.fx_nodes import op_name, user_frame, where
 
-__all__ = ["POLICIES", "LoweringOptions", "LoweringSummary", "Policy", "Rewrite"]
+__all__ = [
+    "HOST_OP_KEY",
+    "HOST_REASON_KEY",
+    "POLICIES",
+    "LoweringOptions",
+    "LoweringSummary",
+    "Policy",
+    "Rewrite",
+    "fake_run",
+    "name_ops",
+]
 
 Policy = Literal["dynamic", "none"]
 POLICIES: tuple[str, ...] = ("dynamic", "none")
+
+#: ``node.meta["custom"]`` keys of a node left on the host: why, and the op as the user wrote it.
+HOST_REASON_KEY = "asic_host_reason"
+HOST_OP_KEY = "asic_host_op"
 
 
 @dataclasses.dataclass(frozen=True)
 class LoweringOptions:
     """What to move onto the DUT ``device`` (a device key).
 
-    ``quantize``: float linears (and linear-like matmuls) as dynamic int8, or ``"none"``;
-    ``matmul``: the same for activation x activation matmuls. Quantized TorchAO/PT2E layers go
-    to the DUT either way.
+    ``quantize``: float linears (and linear-like matmuls) and convolutions as dynamic int8, or
+    ``"none"``; ``matmul``: the same for activation x activation matmuls and attention. Quantized
+    TorchAO/PT2E layers go to the DUT either way.
     """
 
     device: str
@@ -68,6 +86,12 @@ class Rewrite:
         with self.graph.inserting_before(node):
             return self.graph.call_function(target, args)
 
+    def call_aten_before(self, node: fx.Node, target: Any, args: tuple[Any, ...]) -> fx.Node:
+        """:meth:`call_before` on an aten graph, with the fake value compilers read."""
+        new = self.call_before(node, target, args)
+        new.meta["val"] = fake_run(new)
+        return new
+
     def erase(self, node: fx.Node) -> None:
         self.graph.erase_node(node)
         self.erased.add(node)
@@ -80,19 +104,40 @@ class Rewrite:
         self.erase(old)
         self.summary.dut.append(f"{what} at {where(old)}")
 
-    def host(self, node: fx.Node, x: fx.Node, reason: str) -> None:
-        """Leave ``node`` on the host, counted at run time through a marker on its input ``x``.
+    def host(self, node: fx.Node, reason: str, op: str | None = None) -> None:
+        """Leave ``node`` on the host for ``reason`` (one line a user can act on), named ``op``
+        (default: the op ``node`` calls).
 
-        A marker op rather than a compile-time count: the count then happens on every run, and a
-        cached graph carries its site (the user's ``file:line``) in the op's arguments.
+        The aten-level accounting counts its matmul-class ops on every run, with their MACs.
         """
+        name = op or op_name(node)
+        custom = dict(node.meta.get("custom") or {})
+        custom.setdefault(HOST_REASON_KEY, reason)
+        custom.setdefault(HOST_OP_KEY, name)
+        node.meta["custom"] = custom
         file, line, source = user_frame(node)
-        site = HostFallback(op=op_name(node), reason=reason, file=file, line=line, source=source)
-        marked = self.call_before(
-            node,
-            torch.ops.asic.host_fallback.default,
-            (x, self.options.device, site.op, site.reason, file, line, source),
+        self.summary.host.append(
+            HostFallback(op=name, reason=reason, file=file, line=line, source=source)
         )
-        marked.meta.update(x.meta)
-        node.replace_input_with(x, marked)
-        self.summary.host.append(site)
+
+
+def name_ops(gm: fx.GraphModule) -> None:
+    """Mark every call of the Dynamo graph ``gm`` with the op as the user wrote it (``linear``,
+    ``conv2d``), so host fallbacks of a graph left whole on the host are named that way rather
+    than by the aten op AOTAutograd made of it (``addmm``, ``convolution``)."""
+    for node in gm.graph.nodes:
+        if node.op in ("call_function", "call_method"):
+            custom = node.meta.get("custom") or {}
+            if HOST_OP_KEY not in custom:
+                node.meta["custom"] = {**custom, HOST_OP_KEY: op_name(node)}
+
+
+def fake_run(node: fx.Node) -> Any:
+    """The fake value of a new aten node (inductor reads ``meta["val"]`` of every node)."""
+    args, kwargs = torch.utils._pytree.tree_map_only(
+        fx.Node, lambda n: n.meta["val"], (node.args, node.kwargs)
+    )
+    mode = detect_fake_mode(torch.utils._pytree.tree_leaves((args, kwargs)))
+    assert mode is not None
+    with mode:
+        return node.target(*args, **kwargs)  # type: ignore[operator]

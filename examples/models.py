@@ -1,4 +1,5 @@
-"""Small models for the example suite: one that compiles whole, two that do not."""
+"""Small models for the example suite: ones that compile whole and run on the DUT, and ones
+that do not."""
 
 from __future__ import annotations
 
@@ -17,6 +18,26 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(torch.relu(self.fc1(x)))
+
+
+class TinyCNN(nn.Module):
+    """A MobileNet-style block and an attention head: convolutions (dense, depthwise, pointwise),
+    attention and a linear, every multiply-accumulate of which runs on the DUT."""
+
+    def __init__(self, channels: int = 16, classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, channels, 3, stride=2, padding=1)
+        self.depthwise = nn.Conv2d(channels, channels, 3, padding=1, groups=channels)
+        self.pointwise = nn.Conv2d(channels, channels, 1)
+        self.attention = nn.MultiheadAttention(channels, 2, batch_first=True)
+        self.head = nn.Linear(channels, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.stem(x))
+        h = h + self.pointwise(torch.relu(self.depthwise(h)))
+        tokens = h.flatten(2).transpose(1, 2)  # [N, H·W, C]
+        tokens, _ = self.attention(tokens, tokens, tokens, need_weights=False)
+        return self.head(tokens.mean(dim=1))
 
 
 class GatedMLP(MLP):

@@ -7,13 +7,13 @@
 ...     assert asic_benchmark.extra_info["asic_dut_ops"] == 1
 
 It times the target with ``benchmark.pedantic`` and puts the simulated figures of ONE call of it
-in ``benchmark.extra_info`` (``asic_cycles``, ``asic_macs``, ``asic_utilization``,
-``asic_bytes_moved``, ``asic_bound``, ``asic_roofline_time_s``, ``asic_dut_ops``,
-``asic_host_fallbacks``, ``asic_device``, ...). Those figures are exact: they are the device
-counters read just before and just after a single call, never an average. When the target ran
-exactly once (``--benchmark-disable``, xdist, or ``rounds=1, warmup_rounds=0``) that call is the
-one measured; otherwise one more, untimed call runs after the timed rounds and is measured, so
-compilation and warm-up never count.
+in ``benchmark.extra_info`` (``asic_cycles``, ``asic_macs`` (on the DUT), ``asic_host_macs``,
+``asic_utilization``, ``asic_bytes_moved``, ``asic_bound``, ``asic_roofline_time_s``,
+``asic_dut_ops``, ``asic_host_fallbacks``, ``asic_device``, ...). Those figures are exact: they
+are the device counters read just before and just after a single call, never an average. When
+the target ran exactly once (``--benchmark-disable``, xdist, or ``rounds=1, warmup_rounds=0``)
+that call is the one measured; otherwise one more, untimed call runs after the timed rounds and
+is measured, so compilation and warm-up never count.
 
 The test's compile-report figures (the ``cycles`` the baseline gates on) count that one call
 too: the warm-up and timed rounds are left out of them, so a timed run and a
@@ -176,7 +176,7 @@ def _per_call(before: _State, after: _State, calls: int) -> AsicCallFigures:
     used: list[AsicConfig] = []
     for key, snap in after.snapshots.items():
         prev = before.snapshots.get(key, CounterSnapshot())
-        fields = ("dut_ops", "host_fallbacks", "macs", "cycles", "bytes_moved")
+        fields = ("dut_ops", "host_fallbacks", "macs", "host_macs", "cycles", "bytes_moved")
         delta = {f: getattr(snap, f) - getattr(prev, f) for f in fields}
         if any(v < 0 for v in delta.values()):
             pytest.fail(

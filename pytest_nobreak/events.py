@@ -17,13 +17,27 @@ BreakKind = Literal[
     "backend_error",  # the backend compiler failed and Dynamo fell back (gb0219, the seed)
     "recompile_limit",  # the recompile limit was hit; unmatched inputs now run eagerly
     "recompile",  # more recompiles than the marker's max_recompiles allows
-    "host_fallback",  # under the ASIC backend, a linear ran on the host instead of the DUT
+    "host_fallback",  # under the ASIC backend, a matmul-class op ran on the host, not the DUT
 ]
 BREAK_KINDS: tuple[str, ...] = get_args(BreakKind)
 
 CORE_FIGURES = ("graphs", "graph_breaks", "eager_frames", "recompiles")
-ASIC_FIGURES = ("dut_ops", "host_fallbacks", "macs", "cycles")
+ASIC_FIGURES = ("dut_ops", "host_fallbacks", "macs", "host_macs", "cycles")
+#: The ASIC figures every ASIC entry has. ``host_macs`` came later: a baseline or report written
+#: before it lacks it, and there it is "not measured" (``None``), never zero.
+REQUIRED_ASIC_FIGURES = ("dut_ops", "host_fallbacks", "macs", "cycles")
 ALL_FIGURES = CORE_FIGURES + ASIC_FIGURES
+#: ``BreakEvent.gb_type`` of a host fallback is this prefix and the op (``Host fallback: conv2d``).
+HOST_FALLBACK_PREFIX = "Host fallback: "
+
+
+@dataclasses.dataclass(frozen=True)
+class OtherSite:
+    """Another place in the user's code where the same host fallback (op and reason) ran."""
+
+    file: str | None
+    line: int | None
+    calls: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +47,11 @@ class BreakEvent:
     ``file``/``line`` point at the user's code (the innermost user frame Dynamo reported),
     ``source`` is that line's text, ``reason`` the one-line explanation and ``hints`` Dynamo's
     hints, in order.
+
+    A ``host_fallback`` event stands for every site where one op ran on the host for one reason:
+    ``file``/``line`` is the first of them, ``also_at`` the others; ``calls`` and ``macs`` are
+    the calls and host MACs of all of them, and ``detail`` the operand shapes of the first call.
+    Other kinds leave these ``None``/empty.
     """
 
     kind: BreakKind
@@ -44,6 +63,18 @@ class BreakEvent:
     reason: str = ""
     hints: tuple[str, ...] = ()
     link: str | None = None
+    calls: int | None = None
+    macs: int | None = None
+    detail: str | None = None
+    also_at: tuple[OtherSite, ...] = ()
+
+    @property
+    def title(self) -> str:
+        """What the event is about, after its kind's label: the op of a host fallback (the label
+        already says it ran on the host), the Dynamo break type otherwise."""
+        if self.kind == "host_fallback" and self.gb_type.startswith(HOST_FALLBACK_PREFIX):
+            return self.gb_type[len(HOST_FALLBACK_PREFIX) :]
+        return self.gb_type
 
     @property
     def location(self) -> str:
@@ -55,8 +86,11 @@ class BreakEvent:
         return (self.kind, self.gb_type, self.file, self.line, self.reason)
 
     def to_json(self) -> dict[str, Any]:
-        """The event as it appears under ``breaks`` in the JSON report."""
-        return {
+        """The event as it appears under ``breaks`` in the JSON report.
+
+        A host fallback adds ``calls`` and ``macs`` (host MACs), summed over all its sites.
+        """
+        out: dict[str, Any] = {
             "kind": self.kind,
             "gb_id": self.gb_id,
             "gb_type": self.gb_type,
@@ -64,6 +98,10 @@ class BreakEvent:
             "line": self.line,
             "reason": self.reason,
         }
+        if self.kind == "host_fallback":
+            out["calls"] = self.calls
+            out["macs"] = self.macs
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +109,9 @@ class Figures:
     """The integer figures of one test: what the baseline stores and CI gates on.
 
     Which way each figure should move is ``baseline.BETTER`` (only ``dut_ops`` is "higher is
-    better"). ASIC figures are ``None`` when the test ran no ASIC backend.
+    better"). ASIC figures are ``None`` when the test ran no ASIC backend; ``macs`` are the MACs
+    the DUT did, ``host_macs`` those of its host fallbacks (``None`` alone in an entry written
+    before that figure existed).
     """
 
     graphs: int = 0
@@ -81,15 +121,32 @@ class Figures:
     dut_ops: int | None = None
     host_fallbacks: int | None = None
     macs: int | None = None
+    host_macs: int | None = None
     cycles: int | None = None
 
     def core(self) -> dict[str, int]:
+        """The figures every watched test has."""
         return {name: getattr(self, name) for name in CORE_FIGURES}
 
     def asic(self) -> dict[str, int] | None:
+        """The ASIC figures that were measured; ``None`` when the test ran no ASIC backend."""
         if self.dut_ops is None:
             return None
-        return {name: int(getattr(self, name) or 0) for name in ASIC_FIGURES}
+        out = {}
+        for name in ASIC_FIGURES:
+            value = getattr(self, name)
+            if value is None and name not in REQUIRED_ASIC_FIGURES:
+                continue  # an older entry: not measured, so it must not read as 0
+            out[name] = int(value or 0)
+        return out
+
+    @property
+    def dut_share(self) -> float | None:
+        """The share of the MACs that ran on the DUT; ``None`` when not measured or no MACs."""
+        if self.macs is None or self.host_macs is None:
+            return None
+        total = self.macs + self.host_macs
+        return self.macs / total if total else None
 
     def as_dict(self) -> dict[str, int]:
         """Every figure that was measured, flat (the baseline entry)."""
@@ -99,4 +156,5 @@ class Figures:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, int]) -> Figures:
+        """The figures of :meth:`as_dict` output (unknown names are ignored)."""
         return cls(**{k: int(v) for k, v in data.items() if k in ALL_FIGURES})

@@ -23,6 +23,17 @@ Level = Literal["error", "warning"]
 MAX_ROWS = 200
 # How many test ids one annotation names before it says "and N more".
 _MAX_TESTS_NAMED = 5
+# The step summary's figure columns, in order.
+_SUMMARY_FIGURES = (
+    "graphs",
+    "graph_breaks",
+    "eager_frames",
+    "recompiles",
+    "dut_ops",
+    "macs",
+    "host_macs",
+    "cycles",
+)
 
 
 def workflow_commands(
@@ -79,14 +90,15 @@ def step_summary_markdown(records: Sequence[TestRecord], comparison: Comparison 
             )
     out += [
         "",
-        "| test | graphs | breaks | eager | recompiles | dut_ops | cycles | status |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| test | graphs | breaks | eager | recompiles | dut_ops | macs | host_macs | cycles "
+        "| status |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for record in shown:
         moved = {change.figure: change for change in changes.get(record.nodeid, ())}
         figures = record.figures.as_dict()
         cells = [f"`{_cell(record.nodeid)}`"]
-        for name in ("graphs", "graph_breaks", "eager_frames", "recompiles", "dut_ops", "cycles"):
+        for name in _SUMMARY_FIGURES:
             cells.append(_figure_cell(figures.get(name), moved.get(name)))
         cells.append(statuses[record.nodeid])
         out.append("| " + " | ".join(cells) + " |")
@@ -162,7 +174,7 @@ def _break_annotations(
         if event.gb_id:
             title += f" {event.gb_id}"
         if event.gb_type:
-            title += f": {event.gb_type}"
+            title += f": {event.title}"
         message = f"{event.reason or event.gb_type}\n{_tests_phrase(tests)}"
         path = _relative(event.file, workspace, rootdir) if event.file else None
         lines.append(_command(level, message, file=path, line=event.line, title=title))

@@ -20,6 +20,7 @@ from pytest_nobreak.events import (
     ASIC_FIGURES,
     BREAK_KINDS,
     CORE_FIGURES,
+    REQUIRED_ASIC_FIGURES,
     BreakEvent,
     BreakKind,
     Figures,
@@ -65,8 +66,8 @@ class TestRecord:
     def to_json(self) -> dict[str, Any]:
         """The test's entry under ``tests`` in the report (the nodeid is the key, not a field).
 
-        Break events keep the fields of :meth:`BreakEvent.to_json`; the source line, hints and
-        link are for the failure message and are not carried.
+        Break events keep the fields of :meth:`BreakEvent.to_json`; the source line, hints,
+        link, shapes and other sites are for the failure message and are not carried.
         """
         entry: dict[str, Any] = {"outcome": self.outcome, "marked": self.marked}
         entry.update(self.figures.core())
@@ -87,7 +88,11 @@ class TestRecord:
         if asic is not None:
             if not isinstance(asic, Mapping):
                 raise ValueError(f"{where}: 'asic' must be an object, not {asic!r}")
-            figures.update({name: _count(asic, name, where) for name in ASIC_FIGURES})
+            for name in ASIC_FIGURES:
+                # A figure added after the first release (host_macs) may be absent: an older
+                # writer did not measure it.
+                if name in REQUIRED_ASIC_FIGURES or asic.get(name) is not None:
+                    figures[name] = _count(asic, name, where)
         breaks = _field(data, "breaks", list, where)
         return cls(
             nodeid=nodeid,
@@ -197,4 +202,10 @@ def _event_from_json(data: Any, where: str) -> BreakEvent:
         file=_optional(data, "file", str, where),
         line=_optional(data, "line", int, where),
         reason=_field(data, "reason", str, where),
+        calls=_optional_count(data, "calls", where),
+        macs=_optional_count(data, "macs", where),
     )
+
+
+def _optional_count(data: Mapping[str, Any], key: str, where: str) -> int | None:
+    return None if data.get(key) is None else _count(data, key, where)

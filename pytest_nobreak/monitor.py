@@ -20,11 +20,17 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from pytest_nobreak.events import BreakEvent, BreakKind, Figures
+from pytest_nobreak.events import (
+    HOST_FALLBACK_PREFIX,
+    BreakEvent,
+    BreakKind,
+    Figures,
+    OtherSite,
+)
 from pytest_nobreak.render import render_failure
 
 if TYPE_CHECKING:
-    from asic_backend.device import CounterSnapshot, HostFallback
+    from asic_backend.device import CounterSnapshot, HostFallbackStats
     from pytest_nobreak import _torch_compat as tc
 
 
@@ -50,7 +56,9 @@ class CompileReport:
     """Everything the compile regions of one watched block did.
 
     Attributes are live while the block runs. ``breaks`` holds every problem, deduplicated in
-    order of first appearance; ``counts`` how often each was seen.
+    order of first appearance; ``counts`` how often each was seen. ``run_macs`` is set when the
+    block ends: the MACs (DUT and host) of everything it ran, what a host fallback's MACs are
+    a share of in the failure message.
     """
 
     events: list[BreakEvent] = dataclasses.field(default_factory=list)
@@ -59,6 +67,7 @@ class CompileReport:
     recompile_site: tuple[str | None, int | None] | None = None
     asic_before: CounterSnapshot | None = None
     asic_after: CounterSnapshot | None = None
+    run_macs: int | None = None
     _finished: bool = False
     _final: tc.CounterView | None = None
 
@@ -99,7 +108,8 @@ class CompileReport:
 
     @property
     def asic(self) -> CounterSnapshot | None:
-        """This block's ASIC counters (DUT ops, host fallbacks, MACs, cycles), if any ran."""
+        """This block's ASIC counters (DUT ops, host fallbacks, DUT and host MACs, cycles), if
+        any ran."""
         after = self.asic_after if self._finished else _asic_snapshot()
         if after is None:
             return None
@@ -128,6 +138,7 @@ class CompileReport:
             dut_ops=asic.dut_ops,
             host_fallbacks=asic.host_fallbacks,
             macs=asic.macs,
+            host_macs=asic.host_macs,
             cycles=asic.cycles,
         )
 
@@ -182,11 +193,13 @@ class CompileReport:
             raise GraphBreakError(self.render(problems, title=title), problems)
 
     def render(self, problems: Sequence[BreakEvent], *, title: str) -> str:
+        """The failure message listing ``problems`` (see :func:`render.render_failure`)."""
         return render_failure(
             title=title,
             figures=self.figures(),
             problems=problems,
             counts=[self.counts.get(p.dedupe_key(), 1) for p in problems],
+            run_macs=self.run_macs,
         )
 
     # ----------------------------------------------------------------- collection
@@ -205,13 +218,22 @@ def allow_text(event: BreakEvent) -> str:
 
 
 class Monitor:
-    """Collects Dynamo's events into a ``CompileReport`` between ``start()`` and ``stop()``."""
+    """Collects Dynamo's events into a ``CompileReport`` between ``start()`` and ``stop()``.
 
-    def __init__(self, *, reset: bool = True) -> None:
+    ``reports_host_fallbacks``: whoever started it reports every host fallback itself (a marked
+    test's failure, ``watch()``'s ``check()``), so the ASIC backend's once-per-process warning
+    is not issued between ``start()`` and ``stop()``, nor spent there. An observer (an unmarked
+    test) leaves it off and changes nothing.
+    """
+
+    def __init__(self, *, reset: bool = True, reports_host_fallbacks: bool = False) -> None:
         self.report = CompileReport()
         self._reset = reset
+        self._reports_host_fallbacks = reports_host_fallbacks
         self._lock = threading.Lock()
         self._cm: Any = None
+        self._notices: Any = None
+        self._asic_start: CounterSnapshot | None = None
         self._limit_hits: list[tc.RawLimitHit] = []
         self._skip_compile_ids: set[str | None] = set()
 
@@ -223,6 +245,7 @@ class Monitor:
             _torch_compat.reset_dynamo()
         _reset_asic()
         self.report.asic_before = None if self._reset else _asic_snapshot()
+        self._asic_start = _asic_snapshot()
         self._cm = _torch_compat.tapped(self)
         self._cm.__enter__()
         cause = _torch_compat.silent_eager_now()
@@ -230,9 +253,21 @@ class Monitor:
             # Already set before the block: record it even if no region runs, since a
             # compile that would run later in the same process is silently disabled too.
             self._add_silent(cause, None, None, None)
+        if self._reports_host_fallbacks:
+            # Last, so nothing after it can fail and leave it entered. The module is torch-free,
+            # but it is imported here, not at the top: plugin.py imports this module.
+            from asic_backend.notices import host_fallbacks_reported
+
+            self._notices = host_fallbacks_reported()
+            self._notices.__enter__()
         return self.report
 
     def stop(self) -> CompileReport:
+        """Remove the taps and finish the report (its figures are final from then on).
+
+        Idempotent: the plugin calls it again at teardown in case the call phase never ran.
+        """
+        self._exit_notices()
         if self._cm is None:
             return self.report
         from pytest_nobreak import _torch_compat
@@ -240,12 +275,22 @@ class Monitor:
         self._cm.__exit__(None, None, None)
         self._cm = None
         self._collect_metrics(_torch_compat)
-        self._collect_host_fallbacks()
         report = self.report
-        report._final = _torch_compat.read_counters()
         report.asic_after = _asic_snapshot()
+        if report.asic_after is not None:
+            run = report.asic_after
+            if self._asic_start is not None:
+                run = _minus(run, self._asic_start)
+            report.run_macs = run.macs + run.host_macs
+        self._collect_host_fallbacks()
+        report._final = _torch_compat.read_counters()
         report._finished = True
         return report
+
+    def _exit_notices(self) -> None:
+        notices, self._notices = self._notices, None
+        if notices is not None:
+            notices.__exit__(None, None, None)
 
     # Events arrive from Dynamo (possibly from another thread); keep appends ordered.
 
@@ -358,21 +403,30 @@ class Monitor:
             )
 
     def _collect_host_fallbacks(self) -> None:
+        """One event per (op, reason): a model with dozens of host ops, all for the same reason
+        (autograd is live, float64 weights), reads as a few entries, not dozens."""
         from pytest_nobreak import _torch_compat as tc
 
-        for site in _asic_host_fallbacks():
+        groups: dict[tuple[str, str], list[HostFallbackStats]] = {}
+        for stats in _asic_host_fallback_stats():
+            groups.setdefault((stats.site.op, stats.site.reason), []).append(stats)
+        # Most host MACs first (stable, so ties keep first-seen order): when the message lists
+        # only the first few problems, the costliest ones are the ones shown.
+        ordered = sorted(groups.values(), key=lambda group: -sum(s.macs for s in group))
+        for first, *others in ordered:
+            site = first.site
             self.report.add(
                 BreakEvent(
                     kind="host_fallback",
-                    gb_type=f"Host fallback: {site.op}",
+                    gb_type=HOST_FALLBACK_PREFIX + site.op,
                     file=site.file,
                     line=site.line,
                     source=site.source or tc.source_line(site.file, site.line),
                     reason=site.reason,
-                    hints=(
-                        "Make the layer int8-compatible for the DUT, or allow it with "
-                        "@pytest.mark.no_graph_break(allow_host_fallback=True).",
-                    ),
+                    calls=first.calls + sum(s.calls for s in others),
+                    macs=first.macs + sum(s.macs for s in others),
+                    detail=first.shape,
+                    also_at=tuple(OtherSite(s.site.file, s.site.line, s.calls) for s in others),
                 )
             )
 
@@ -384,7 +438,7 @@ def watch(*, reset: bool = True) -> Iterator[CompileReport]:
     ``reset=True`` (the default) starts from a clean Dynamo state, so cached code from earlier
     compiles cannot hide a break. Call ``report.check()`` afterwards to raise on any break.
     """
-    monitor = Monitor(reset=reset)
+    monitor = Monitor(reset=reset, reports_host_fallbacks=True)
     report = monitor.start()
     try:
         yield report
@@ -415,9 +469,9 @@ def _reset_asic() -> None:
         device.reset_all()
 
 
-def _asic_host_fallbacks() -> list[HostFallback]:
+def _asic_host_fallback_stats() -> list[HostFallbackStats]:
     device = _asic_device_module()
-    return list(device.all_host_fallbacks()) if device is not None else []
+    return list(device.all_host_fallback_stats()) if device is not None else []
 
 
 def _minus(after: CounterSnapshot, before: CounterSnapshot) -> CounterSnapshot:
@@ -426,6 +480,7 @@ def _minus(after: CounterSnapshot, before: CounterSnapshot) -> CounterSnapshot:
         dut_ops=after.dut_ops - before.dut_ops,
         host_fallbacks=after.host_fallbacks - before.host_fallbacks,
         macs=after.macs - before.macs,
+        host_macs=after.host_macs - before.host_macs,
         cycles=after.cycles - before.cycles,
         bytes_moved=after.bytes_moved - before.bytes_moved,
     )

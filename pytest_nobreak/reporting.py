@@ -28,8 +28,9 @@ from pytest_nobreak.baseline import (
     write_baseline,
 )
 from pytest_nobreak.config import NobreakConfig
+from pytest_nobreak.events import CORE_FIGURES, REQUIRED_ASIC_FIGURES, Figures
 from pytest_nobreak.json_report import TestRecord
-from pytest_nobreak.render import KIND_LABELS, short_path
+from pytest_nobreak.render import KIND_LABELS, host_fallback_summary, percent, short_path
 
 #: pytest's exit status for "some gate failed" (the same as failed tests).
 GATE_FAILED = pytest.ExitCode.TESTS_FAILED
@@ -241,7 +242,16 @@ class SessionReporter:
         if self.baseline is None or self.comparison is None:
             return False
         entry = self.baseline.entries.get(record.nodeid)
-        return entry is not None and entry.as_dict() == record.figures.as_dict()
+        if entry is None:
+            return False
+        known = entry.as_dict()
+        # A figure added after the entry was recorded (host_macs) is news, not a difference.
+        now = {
+            name: value
+            for name, value in record.figures.as_dict().items()
+            if name in known or name in CORE_FIGURES + REQUIRED_ASIC_FIGURES
+        }
+        return known == now
 
     def terminal_summary(self, terminalreporter: Any) -> None:
         """A section only when there is something to say.
@@ -282,6 +292,8 @@ def _reason(exc: BaseException) -> str:
     return str(exc)
 
 
+#: ``(figure, title)`` of the table's columns; ``dut%`` is derived, the share of the MACs that
+#: ran on the DUT (not stored anywhere: ``macs`` and ``host_macs`` are).
 _COLUMNS = (
     ("graphs", "graphs"),
     ("graph_breaks", "breaks"),
@@ -289,8 +301,10 @@ _COLUMNS = (
     ("recompiles", "recomp"),
     ("dut_ops", "dut_ops"),
     ("host_fallbacks", "host"),
+    ("dut%", "dut%"),
     ("cycles", "cycles"),
 )
+_ASIC_COLUMNS = ("dut_ops", "host_fallbacks", "dut%", "cycles")
 
 
 def _unshown_breaks(record: TestRecord) -> bool:
@@ -300,19 +314,19 @@ def _unshown_breaks(record: TestRecord) -> bool:
 def figures_table(records: list[TestRecord]) -> list[tuple[str, str | None]]:
     """One row per test with its figures and outcome, then its breaks (one line each)."""
     asic = any(r.figures.dut_ops is not None for r in records)
-    columns = [c for c in _COLUMNS if asic or c[0] not in ("dut_ops", "host_fallbacks", "cycles")]
+    columns = [c for c in _COLUMNS if asic or c[0] not in _ASIC_COLUMNS]
     width = max(len("test"), *(len(r.nodeid) for r in records))
-    widths = [max(len(title), 6) for _, title in columns]
+    rows = [[_cell(r.figures, name) for name, _ in columns] for r in records]
+    # As wide as the widest value (cycles of a big model run to 8 digits), so columns line up.
+    widths = [
+        max(len(title), 6, *(len(row[i]) for row in rows)) for i, (_, title) in enumerate(columns)
+    ]
     header = "  ".join(
         ["test".ljust(width), *(t.rjust(w) for (_, t), w in zip(columns, widths, strict=True))]
     )
     out: list[tuple[str, str | None]] = [(header + "  outcome", None)]
-    for record in records:
-        values = record.figures.as_dict()
-        cells = [
-            str(values.get(name, "-")).rjust(w)
-            for (name, _), w in zip(columns, widths, strict=True)
-        ]
+    for record, row in zip(records, rows, strict=True):
+        cells = [value.rjust(w) for value, w in zip(row, widths, strict=True)]
         style = "yellow" if record.breaks else None
         if record.outcome == "failed":
             style = "red"
@@ -323,5 +337,16 @@ def figures_table(records: list[TestRecord]) -> list[tuple[str, str | None]]:
                 where += f":{event.line}"
             gb = f" {event.gb_id}" if event.gb_id else ""
             label = KIND_LABELS.get(event.kind, event.kind)
-            out.append((f"    {label}{gb} at {where}: {event.gb_type}", None))
+            what = event.title
+            if event.kind == "host_fallback":
+                what += f" ({host_fallback_summary(event)})"
+            out.append((f"    {label}{gb} at {where}: {what}", None))
     return out
+
+
+def _cell(figures: Figures, name: str) -> str:
+    if name == "dut%":
+        share = figures.dut_share
+        return "-" if share is None else percent(share)
+    value = figures.as_dict().get(name)
+    return "-" if value is None else str(value)

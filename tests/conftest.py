@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from _pytest import pytester as _pytester
@@ -44,3 +44,13 @@ def _no_ci_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     on, and the GitHub variables would append tables to the real job summary."""
     for name in ("CI", "GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "GITHUB_WORKSPACE"):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _every_mac_accounted() -> Iterator[None]:
+    """DESIGN: every MAC runs on the DUT or is a counted host fallback. Checked on every call of
+    every graph any test compiles with the asic backend (tests/accounting.py)."""
+    from tests.accounting import checking_every_graph
+
+    with checking_every_graph():
+        yield

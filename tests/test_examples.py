@@ -34,5 +34,13 @@ def test_example_suite_runs_green_and_shows_the_caught_breaks() -> None:
     assert "test_data_dependent_branch_is_caught XFAIL" in out
     assert "test_naive_backend_fallback_is_caught XFAIL" in out
     assert "test_qat_model_runs_on_the_dut PASSED" in out
+    assert "test_cnn_runs_on_the_dut PASSED" in out
+    assert "test_forgotten_no_grad_is_caught XFAIL" in out
     assert "graph break GB0170 at examples/models.py:" in out
     assert "GB0219 at examples/models.py:" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if "::" in line}
+    # Every MAC of the CNN on the DUT; with autograd live, every one on the host, and named.
+    assert rows["examples/test_cnn_on_dut.py::test_cnn_runs_on_the_dut"][7] == "100%"
+    assert rows["examples/test_cnn_on_dut.py::test_forgotten_no_grad_is_caught"][7] == "0%"
+    assert "host fallback (ran on the host, not the DUT) at examples/models.py:" in out
+    assert ": conv2d (x3 calls, 106,496 host MACs)" in out

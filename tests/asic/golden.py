@@ -3,12 +3,15 @@
 It is written from the reference definitions (TFLite ``QuantizeMultiplier``, gemmlowp
 ``SaturatingRoundingDoublingHighMul`` and ``RoundingDivideByPOT``), literally and slowly, so that it
 shares no shortcut with the vectorized implementation in ``asic_backend.numerics``. "Bit-exact"
-means equal to this.
+means equal to this. Convolutions are sums over each window (forward) or scatters of each input
+point (transposed), on nested lists, with no im2col and no float arithmetic.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Callable
 from fractions import Fraction
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -150,3 +153,175 @@ def linear_requant(
 ) -> Matrix:
     acc = linear_i32(a, w, a_zp, bias, acc_overflow)
     return requantize(acc, multipliers, shifts, out_zp, qmin, qmax, rounding)
+
+
+# -- convolutions -----------------------------------------------------------------------------
+
+Nested = list  # a nested list of ints, [N][C][*size]
+Pairs = list[tuple[int, int]]
+
+
+def shape_of(nested: Nested, dims: int) -> tuple[int, ...]:
+    """The sizes of the first ``dims`` levels of a (non-empty) nested list."""
+    sizes = []
+    for _ in range(dims):
+        sizes.append(len(nested))
+        nested = nested[0]
+    return tuple(sizes)
+
+
+def at(nested: Nested, index: tuple[int, ...]) -> int:
+    for i in index:
+        nested = nested[i]
+    return nested  # type: ignore[return-value]
+
+
+def nest(shape: tuple[int, ...], values: dict[tuple[int, ...], int]) -> Nested:
+    """A nested list of ``shape`` whose element at ``index`` is ``values[index]``."""
+
+    def build(prefix: tuple[int, ...]) -> Nested | int:
+        if len(prefix) == len(shape):
+            return values[prefix]
+        return [build((*prefix, i)) for i in range(shape[len(prefix)])]
+
+    return build(())  # type: ignore[return-value]
+
+
+def positions(sizes: tuple[int, ...] | list[int]) -> itertools.product[tuple[int, ...]]:
+    return itertools.product(*(range(s) for s in sizes))
+
+
+def conv_i32(
+    x: Nested,
+    w: Nested,
+    stride: list[int],
+    padding: Pairs,
+    dilation: list[int],
+    groups: int,
+    a_zp: int | list[int] = 0,
+    bias: list[int] | None = None,
+    acc_overflow: str = "wrap",
+    transposed: bool = False,
+    output_padding: list[int] | None = None,
+) -> Nested:
+    """The int32 accumulator of a 1-3-D convolution: :func:`conv_exact`, narrowed to int32 once."""
+    exact = conv_exact(
+        x, w, stride, padding, dilation, groups, a_zp, bias, transposed, output_padding
+    )
+    return map_nested(lambda v: narrow(v, acc_overflow), exact)
+
+
+def conv_exact(
+    x: Nested,
+    w: Nested,
+    stride: list[int],
+    padding: Pairs,
+    dilation: list[int],
+    groups: int,
+    a_zp: int | list[int] = 0,
+    bias: list[int] | None = None,
+    transposed: bool = False,
+    output_padding: list[int] | None = None,
+) -> Nested:
+    """The exact (unbounded) accumulator of a 1-3-D convolution of int8 ``x [N][C_in][*size]``.
+
+    Forward: ``w [C_out][C_in/groups][*k]``, ``out[n][co][o] = Σ (x[n][ci][o·s − lo + k·d] −
+    zp[n])·w[co][ci'][k]`` over the positions inside ``x`` (padding adds nothing). Transposed:
+    ``w [C_in][C_out/groups][*k]``, each input point scatters ``(x − zp)·w`` into
+    ``out[n][co][i·s − lo + k·d]``, ``output_padding`` extending the output at the end. Then
+    ``+ bias[co]``. ``padding`` is one ``(lo, hi)`` per dim; ``a_zp`` one int or one per sample.
+    """
+    zps = a_zp if isinstance(a_zp, list) else [a_zp] * len(x)
+    if transposed:
+        shape, values = _conv_transpose_exact(
+            x, w, stride, padding, dilation, groups, zps, output_padding
+        )
+    else:
+        shape, values = _conv_exact(x, w, stride, padding, dilation, groups, zps)
+    if bias is not None:
+        for index in values:
+            values[index] += bias[index[1]]
+    return nest(shape, values)
+
+
+def map_nested(f: Callable[[int], int], nested: Nested | int) -> Nested:
+    """``f`` applied to every int of a nested list."""
+    if isinstance(nested, list):
+        return [map_nested(f, item) for item in nested]
+    return f(nested)  # type: ignore[return-value]
+
+
+def _conv_exact(
+    x: Nested,
+    w: Nested,
+    stride: list[int],
+    padding: Pairs,
+    dilation: list[int],
+    groups: int,
+    zps: list[int],
+) -> tuple[tuple[int, ...], dict[tuple[int, ...], int]]:
+    spatial = len(stride)
+    n, c_in, *in_size = shape_of(x, 2 + spatial)
+    c_out, c_in_g, *kernel = shape_of(w, 2 + spatial)
+    assert c_in_g * groups == c_in
+    assert c_out % groups == 0
+    c_out_g = c_out // groups
+    out_size = [
+        (in_size[i] + padding[i][0] + padding[i][1] - dilation[i] * (kernel[i] - 1) - 1)
+        // stride[i]
+        + 1
+        for i in range(spatial)
+    ]
+    values: dict[tuple[int, ...], int] = {}
+    for b, co, o in itertools.product(range(n), range(c_out), positions(out_size)):
+        group = co // c_out_g
+        total = 0
+        for ci, k in itertools.product(range(c_in_g), positions(kernel)):
+            p = tuple(o[i] * stride[i] - padding[i][0] + k[i] * dilation[i] for i in range(spatial))
+            if all(0 <= p[i] < in_size[i] for i in range(spatial)):
+                xv = at(x, (b, group * c_in_g + ci, *p))
+                total += (xv - zps[b]) * at(w, (co, ci, *k))
+        values[(b, co, *o)] = total
+    return (n, c_out, *out_size), values
+
+
+def _conv_transpose_exact(
+    x: Nested,
+    w: Nested,
+    stride: list[int],
+    padding: Pairs,
+    dilation: list[int],
+    groups: int,
+    zps: list[int],
+    output_padding: list[int] | None,
+) -> tuple[tuple[int, ...], dict[tuple[int, ...], int]]:
+    spatial = len(stride)
+    n, c_in, *in_size = shape_of(x, 2 + spatial)
+    c_in_w, c_out_g, *kernel = shape_of(w, 2 + spatial)
+    assert c_in_w == c_in
+    assert c_in % groups == 0
+    c_in_g = c_in // groups
+    extra = output_padding or [0] * spatial
+    # The full scatter spans (size − 1)·s + (k − 1)·d + 1 points, less the padding at each end.
+    out_size = [
+        (in_size[i] - 1) * stride[i]
+        + (kernel[i] - 1) * dilation[i]
+        + 1
+        - padding[i][0]
+        - padding[i][1]
+        + extra[i]
+        for i in range(spatial)
+    ]
+    c_out = c_out_g * groups
+    values = {
+        (b, co, *o): 0
+        for b, co, o in itertools.product(range(n), range(c_out), positions(out_size))
+    }
+    for b, ci, i in itertools.product(range(n), range(c_in), positions(in_size)):
+        xv = at(x, (b, ci, *i)) - zps[b]
+        group = ci // c_in_g
+        for co_g, k in itertools.product(range(c_out_g), positions(kernel)):
+            p = tuple(i[d] * stride[d] - padding[d][0] + k[d] * dilation[d] for d in range(spatial))
+            if all(0 <= p[d] < out_size[d] for d in range(spatial)):
+                values[(b, group * c_out_g + co_g, *p)] += xv * at(w, (ci, co_g, *k))
+    return (n, c_out, *out_size), values

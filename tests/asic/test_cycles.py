@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from asic_backend.config import AsicConfig
-from asic_backend.cycles import GemmCost, dram_bytes, gemm_cost, systolic_cycles
+from asic_backend.conv import ConvGeometry
+from asic_backend.cycles import GemmCost, conv_cost, dram_bytes, gemm_cost, systolic_cycles
 
 DEFAULT = AsicConfig.preset("default")  # 128x128 @ 1 GHz, 100 GB/s
+GEMMINI = AsicConfig.preset("gemmini")  # 16x16, 128 KiB input SRAM, 64 KiB accumulators
 
 
 # research/int8-asic.md §5, exp5_cycles.py: (M, K, N) -> WS cycles, WS util, OS cycles, OS util, AI.
@@ -120,8 +124,98 @@ def test_utilization_never_exceeds_one(
         ((1, 2.0, 3, 4), r"k must be a non-negative int, got 2.0"),
         ((1, 2, True, 4), r"n must be a non-negative int, got True"),
         ((1, 2, 3, 2), r"out_bytes must be 1 \(int8\) or 4 \(int32\), got 2"),
+        ((1, 2, 3, 4, -1), r"input_bytes must be a non-negative int, got -1"),
+        ((1, 2, 3, 4, True), r"input_bytes must be a non-negative int, got True"),
+        ((1, 2, 3, 4, 2.5), r"input_bytes must be a non-negative int, got 2.5"),
     ],
 )
 def test_bad_arguments(args: tuple[object, ...], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         gemm_cost(DEFAULT, *args)  # type: ignore[arg-type]
+
+
+# -- convolutions: one GEMM per group (SCALE-Sim's im2col mapping), the feature map read once ----
+
+
+def geometry(x: tuple[int, ...], w: tuple[int, ...], **kwargs: object) -> ConvGeometry:
+    args: dict[str, object] = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, **kwargs}
+    return ConvGeometry.of(x, w, **args)  # type: ignore[arg-type]
+
+
+RESNET_3X3 = geometry((1, 64, 56, 56), (64, 64, 3, 3), padding=1)  # M 3136, K 576, N 64
+DEPTHWISE = geometry((1, 32, 112, 112), (32, 1, 3, 3), padding=1, groups=32)  # M 12544, K 9, N 1
+POINTWISE = geometry((1, 256, 56, 56), (64, 256, 1, 1))  # M 3136, K 256, N 64
+STEM_7X7 = geometry((1, 3, 224, 224), (64, 3, 7, 7), stride=2, padding=3)  # M 112², K 147, N 64
+
+# (geometry, config, out_bytes) -> (cycles of one group's GEMM, its DRAM bytes), by hand:
+# WS cycles = ceil(K/R)·ceil(N/C)·(2R + C + M − 2); bytes = feature map (one group's channels)
+# + K·N weights + 4·N + M·N·out_bytes, + the feature map again for each further column fold when
+# it exceeds the input SRAM, + 2·4·M·N per further row fold when 4·M·C exceeds the accumulators.
+CONV_TABLE = [
+    # 5·1·(256 + 128 + 3136 − 2) = 5·3518. Bytes: fmap 64·56² = 200704, weights 36864, 256,
+    # out 3136·64·4 = 802816; 4·3136·128 > 1 MiB: spill 8·3136·64·(5 − 1) = 6422528.
+    (RESNET_3X3, DEFAULT, 4, 17590, 200704 + 36864 + 256 + 802816 + 6422528),
+    # 36·4·(32 + 16 + 3136 − 2) = 144·3182. Bytes: fmap 200704 > 128 KiB: re-read 3 times
+    # (602112); out 3136·64 = 200704; spill 8·3136·64·35 = 56197120.
+    (RESNET_3X3, GEMMINI, 1, 458208, 200704 + 602112 + 36864 + 256 + 200704 + 56197120),
+    # Per group: 1·1·(256 + 128 + 12544 − 2) = 12926. Bytes: fmap 112² = 12544, weights 9,
+    # 4, out 12544·1; one row fold, nothing spills.
+    (DEPTHWISE, DEFAULT, 1, 12926, 12544 + 9 + 4 + 12544),
+    # 1·1·(32 + 16 + 12544 − 2) = 12590; out 12544·4 = 50176.
+    (DEPTHWISE, GEMMINI, 4, 12590, 12544 + 9 + 4 + 50176),
+    # 2·1·3518. A 1x1 conv's feature map is its im2col matrix: 3136·256 = 802816; weights 16384,
+    # 256, out 3136·64·4 = 802816; spill 8·3136·64·1 = 1605632.
+    (POINTWISE, DEFAULT, 4, 7036, 802816 + 16384 + 256 + 802816 + 1605632),
+    # 16·4·3182. fmap re-read 3 times (2408448); spill 8·3136·64·15 = 24084480.
+    (POINTWISE, GEMMINI, 4, 203648, 802816 * 4 + 16384 + 256 + 802816 + 24084480),
+    # 2·1·(256 + 128 + 12544 − 2) = 2·12926. Bytes: fmap 3·224² = 150528 (the im2col matrix
+    # would be 12544·147 = 1843968), weights 147·64 = 9408, 256, out 12544·64 = 802816,
+    # spill 8·12544·64·1 = 6422528.
+    (STEM_7X7, DEFAULT, 1, 25852, 150528 + 9408 + 256 + 802816 + 6422528),
+    # 10·4·(32 + 16 + 12544 − 2) = 40·12590. fmap 150528 > 128 KiB: re-read 3 times (451584);
+    # spill 8·12544·64·9 = 57802752.
+    (STEM_7X7, GEMMINI, 1, 503600, 150528 + 451584 + 9408 + 256 + 802816 + 57802752),
+]
+
+
+@pytest.mark.parametrize(("geo", "config", "out_bytes", "cycles", "moved"), CONV_TABLE)
+def test_conv_cost_by_hand(
+    geo: ConvGeometry, config: AsicConfig, out_bytes: int, cycles: int, moved: int
+) -> None:
+    cost = conv_cost(config, geo, out_bytes)
+    assert (cost.cycles, cost.bytes_moved) == (cycles, moved)
+    m, k, n = geo.gemm
+    assert (cost.m, cost.k, cost.n, cost.macs) == (m, k, n, m * k * n)
+    assert geo.groups * cost.macs == geo.macs
+    # The same cycles as the GEMM; only the input traffic differs.
+    assert cost.cycles == systolic_cycles(config, m, k, n)
+    feature_map = geo.batch * geo.in_channels // geo.groups * math.prod(geo.in_size)
+    assert cost == gemm_cost(config, m, k, n, out_bytes, input_bytes=feature_map)
+
+
+def test_depthwise_conv_is_one_gemm_a_channel() -> None:
+    # 32 GEMMs of N = 1: the array's columns idle, utilization 9·12544 / (128·128·12926).
+    cost = conv_cost(DEFAULT, DEPTHWISE, out_bytes=1)
+    assert DEPTHWISE.groups * cost.cycles == 32 * 12926
+    assert cost.utilization == pytest.approx(9 * 12544 / (128 * 128 * 12926))
+
+
+def test_transposed_conv_reads_its_gemm_inputs() -> None:
+    # The gradient form: M = 8² input points, K = C_in = 16, N = 8·4² (a kernel a point).
+    geo = geometry((1, 16, 8, 8), (16, 8, 4, 4), stride=2, padding=1, transposed=True)
+    assert geo.gemm == (64, 16, 128)
+    cost = conv_cost(DEFAULT, geo, out_bytes=4)
+    assert cost == gemm_cost(DEFAULT, 64, 16, 128, out_bytes=4)
+    # 1·1·(256 + 128 + 64 − 2); the feature map 16·64 = 1024 = M·K.
+    assert cost.cycles == 446
+    assert cost.bytes_moved == 1024 + 16 * 128 + 4 * 128 + 64 * 128 * 4
+
+
+def test_input_bytes_replace_the_streamed_matrix() -> None:
+    m, k, n = 8, 10, 6  # on a 4x2 array: 3 column folds, 3 row folds
+    cfg = AsicConfig(rows=4, cols=2, inp_sram_bytes=50, acc_sram_bytes=4 * m * 2)
+    assert dram_bytes(cfg, m, k, n, 1) == m * k * 3 + k * n + 4 * n + m * n  # 80 > 50: re-read
+    # 40 input bytes fit the 50-byte SRAM: read once.
+    assert dram_bytes(cfg, m, k, n, 1, input_bytes=40) == 40 + k * n + 4 * n + m * n
+    assert dram_bytes(cfg, m, k, n, 1, input_bytes=m * k) == dram_bytes(cfg, m, k, n, 1)
+    assert dram_bytes(cfg, 0, k, n, 1, input_bytes=40) == 0

@@ -104,7 +104,7 @@ def test_linear_i32_equals_golden(case: GemmCase, overflow: AccOverflow) -> None
 @given(case=gemm_case(), overflow=OVERFLOW)
 def test_float64_path_equals_golden(case: GemmCase, overflow: AccOverflow) -> None:
     # The path taken when K is too large for torch._int_mm, exercised on small shapes.
-    with mock.patch.object(numerics, "_int_mm_applies", return_value=False):
+    with mock.patch.object(numerics, "int_mm_applies", return_value=False):
         assert run_linear_i32(case, overflow).tolist() == case.golden(overflow)
 
 

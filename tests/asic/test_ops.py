@@ -295,9 +295,14 @@ def test_cost_history_is_bounded() -> None:
 
 def test_counter_snapshot_arithmetic() -> None:
     a = CounterSnapshot(dut_ops=1, macs=100, cycles=10, bytes_moved=7, peak_macs_per_cycle=20)
-    b = CounterSnapshot(dut_ops=2, host_fallbacks=1, macs=60, cycles=30, peak_macs_per_cycle=4)
+    b = CounterSnapshot(
+        dut_ops=2, host_fallbacks=1, macs=60, cycles=30, peak_macs_per_cycle=4, host_macs=40
+    )
     total = a + b
     assert (total.dut_ops, total.host_fallbacks, total.macs, total.cycles) == (3, 1, 160, 40)
+    assert total.host_macs == 40
+    assert total.dut_share == pytest.approx(160 / 200)
+    assert CounterSnapshot().dut_share is None
     # Utilization of the sum: all MACs over all the capacity, 160 / (20·10 + 4·30).
     assert total.utilization == pytest.approx(160 / 320)
     assert a + CounterSnapshot() == a
@@ -306,6 +311,7 @@ def test_counter_snapshot_arithmetic() -> None:
         "dut_ops": 1,
         "host_fallbacks": 0,
         "macs": 100,
+        "host_macs": 0,
         "cycles": 10,
         "bytes_moved": 7,
         "utilization": 0.5,

@@ -35,6 +35,6 @@ def _seed() -> None:
 @pytest.fixture
 def fresh_host_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
     """Forget which once-per-process messages the backend has already given."""
-    from asic_backend import backend
+    from asic_backend import notices
 
-    monkeypatch.setattr(backend, "_warned", set())
+    monkeypatch.setattr(notices, "_said", set())

@@ -9,8 +9,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import asic_backend.accounting
+import asic_backend.attention_ops
+import asic_backend.conv_ops  # noqa: F401  (the asic:: ops checked here)
 from asic_backend import quant_ops
-from asic_backend.device import Device, HostFallback, get_device
+from asic_backend.device import Device, HostFallback, HostFallbackStats, get_device
 
 ops = torch.ops.asic
 
@@ -65,7 +68,76 @@ def _opcheck_cases(key: str) -> list[tuple[Any, tuple[Any, ...]]]:
         ),
         (
             ops.host_fallback.default,
-            (torch.randn(3, 4), key, "linear", "why", "f.py", 3, "y = f(x)"),
+            (torch.randn(3, 4), [torch.randn(4, 5)], "mm", [], key, "mm", "why", "f.py", 3, "f(x)"),
+        ),
+        (
+            ops.dyn_conv.default,
+            (
+                torch.randn(2, 4, 9, 9),
+                torch.randn(6, 2, 3, 3),
+                torch.randn(6),
+                [2, 1],
+                [1, 1, 0, 1],
+                [1, 2],
+                2,
+                False,
+                [0, 0],
+                True,
+                key,
+            ),
+        ),
+        (
+            ops.dyn_conv.default,
+            (
+                torch.randn(4, 7),
+                torch.randn(4, 3, 3),
+                None,
+                [2],
+                [1, 1],
+                [1],
+                1,
+                True,
+                [1],
+                False,
+                key,
+            ),
+        ),
+        (
+            ops.qconv.default,
+            (
+                torch.randint(0, 256, (2, 4, 6, 6), dtype=torch.uint8),
+                torch.tensor(0.02, dtype=torch.float64),
+                torch.tensor(130),
+                torch.randint(-127, 128, (8, 4, 3, 3), dtype=i8),
+                torch.rand(8) * 0.01,
+                torch.zeros(8, dtype=torch.int64),
+                torch.randn(8),
+                [1, 1],
+                [1, 1, 1, 1],
+                [1, 1],
+                1,
+                False,
+                [0, 0],
+                0.05,
+                3,
+                0,
+                255,
+                torch.uint8,
+                key,
+            ),
+        ),
+        (
+            ops.dyn_sdpa.default,
+            (
+                torch.randn(2, 4, 5, 8),
+                torch.randn(2, 2, 7, 8),
+                torch.randn(2, 2, 7, 6),
+                torch.rand(5, 7) > 0.2,
+                False,
+                0.3,
+                True,
+                key,
+            ),
         ),
     ]
 
@@ -235,16 +307,25 @@ def test_qlinear_rejects_asymmetric_weights(device: Device) -> None:
         ops.qlinear(*bad)
 
 
-def test_host_fallback_counts_every_call_and_keeps_the_site(device: Device) -> None:
-    x = torch.randn(3, 4)
-    for _ in range(3):
-        out = ops.host_fallback(x, device.key, "linear", "float64", "m.py", 7, "y = fc(x)")
+def test_host_fallback_counts_every_call_with_its_macs_and_keeps_the_site(
+    device: Device,
+) -> None:
+    x, w = torch.randn(3, 4), torch.randn(4, 5)
+    for rows in (3, 3, 6):  # the MACs follow each call's real shapes
+        x = torch.randn(rows, 4)
+        out = ops.host_fallback(x, [w], "mm", [], device.key, "mm", "float64", "m.py", 7, "fc(x)")
         assert torch.equal(out, x)
         assert out.data_ptr() != x.data_ptr()
-    assert device.snapshot().host_fallbacks == 3
-    assert device.host_fallback_sites == (
-        HostFallback("linear", "float64", "m.py", 7, "y = fc(x)"),
-    )
+    snap = device.snapshot()
+    assert (snap.host_fallbacks, snap.host_macs, snap.macs) == (3, (3 + 3 + 6) * 4 * 5, 0)
+    site = HostFallback("mm", "float64", "m.py", 7, "fc(x)")
+    assert device.host_fallback_sites == (site,)
+    assert device.host_fallback_stats == (HostFallbackStats(site, 3, 240, "[3, 4] x [4, 5]"),)
+
+
+def test_host_fallback_rejects_an_unknown_formula(device: Device) -> None:
+    with pytest.raises(ValueError, match="unknown MAC formula 'gemv'"):
+        ops.host_fallback(torch.randn(2), [], "gemv", [], device.key, "x", "y", None, None, None)
 
 
 def test_unknown_device_key_is_one_clear_line() -> None:

@@ -17,7 +17,7 @@ class MLP(nn.Module):
         self.fc2 = nn.Linear(16, 4)
 
     def forward(self, x):
-        return self.fc2(torch.relu(self.fc1(x)))
+        return self.fc2(torch.relu(self.fc1(x)))  # LINE:mlp
 
 
 def data_dependent(x):

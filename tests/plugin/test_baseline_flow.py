@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 from collections.abc import Callable
 
 import pytest
 
+from asic_backend import SIM_VERSION
 from pytest_nobreak.baseline import Baseline, dump_baseline
 from pytest_nobreak.events import Figures
 from tests.plugin.conftest import Models
@@ -165,7 +167,7 @@ def test_record_pass_regress_improve(flow: Flow) -> None:
     assert set(document) == {"version", "torch", "asic_sim", "tests"}
     assert document["version"] == 1
     assert document["torch"] == torch_release()
-    assert document["asic_sim"] == "1"
+    assert document["asic_sim"] == SIM_VERSION
     assert document["tests"] == {f"test_flow.py::{name}": BASE[name] for name in TESTS}
     assert text == recorded_text()  # the shortcut the other cases take is the real thing
 
@@ -296,7 +298,9 @@ def test_no_baseline_file_yet_is_one_line(flow: Flow) -> None:
 def recorded_text(torch: str | None = None) -> str:
     """What recording the base mode writes, built directly, so most cases need no recording run."""
     entries = {f"test_flow.py::{name}": Figures(**BASE[name]) for name in TESTS}
-    return dump_baseline(Baseline(torch=torch or torch_release(), asic_sim="1", entries=entries))
+    return dump_baseline(
+        Baseline(torch=torch or torch_release(), asic_sim=SIM_VERSION, entries=entries)
+    )
 
 
 def test_another_torch_release_warns_instead_of_failing(flow: Flow) -> None:
@@ -377,3 +381,88 @@ def test_a_directory_as_the_baseline_path(flow: Flow) -> None:
         "--nobreak-update-baseline"
     ]
     assert flow.baseline.is_dir()
+
+
+# ---------------------------------------------------------------------- host MACs
+
+HOST_FLOW = """
+import os
+
+import pytest
+import torch
+from torch import nn
+
+MODE = os.environ.get("NB_MODE", "base")
+
+
+@pytest.mark.no_graph_break(allow_host_fallback=True)
+def test_head(nobreak_compile):
+    # base: the head runs on the DUT; "host": float64, on the host; "wider": on the host, with
+    # a batch twice as large (the same ops, only more host MACs).
+    dtype = torch.float32 if MODE == "base" else torch.float64
+    batch = 4 if MODE == "wider" else 2
+    model = nn.Linear(8, 4).to(dtype)
+    with torch.no_grad():
+        nobreak_compile(model)(torch.randn(batch, 8, dtype=dtype))
+"""
+HEAD = "test_host_flow.py::test_head"
+
+
+def host_flow(flow: Flow, *args: str, mode: str = "base") -> pytest.RunResult:
+    flow.pytester.makepyfile(test_host_flow=HOST_FLOW)
+    return flow.run("test_host_flow.py", "--asic-backend", *args, mode=mode)
+
+
+def test_a_rise_of_host_macs_is_a_regression(flow: Flow) -> None:
+    """Work that moves off the DUT fails CI; so does a host op that grows while every other
+    figure, host fallbacks included, stays the same."""
+    assert host_flow(flow, UPDATE).ret == 0
+    assert flow.entries()[HEAD]["host_macs"] == 0
+    assert flow.entries()[HEAD]["macs"] == 2 * 8 * 4
+
+    result = host_flow(flow, mode="host")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(
+        [
+            f"REGRESSION {HEAD}  dut_ops 1 -> 0",
+            f"REGRESSION {HEAD}  host_fallbacks 0 -> 1",
+            f"REGRESSION {HEAD}  host_macs 0 -> {2 * 8 * 4}",
+            f"improved   {HEAD}  macs {2 * 8 * 4} -> 0",
+        ]
+    )
+
+    assert host_flow(flow, UPDATE, mode="host").ret == 0
+    result = host_flow(flow, mode="wider")
+    assert result.ret == 1
+    regressions = [line for line in result.stdout.lines if line.startswith("REGRESSION")]
+    assert regressions == [f"REGRESSION {HEAD}  host_macs {2 * 8 * 4} -> {4 * 8 * 4}"]
+
+
+def test_a_baseline_from_before_host_macs_still_gates(flow: Flow) -> None:
+    """An entry recorded before host_macs existed has the four other ASIC figures: it loads, its
+    host_macs is not measured (not 0, which would make every host fallback a regression), its
+    other figures still gate, and the next update records host_macs."""
+    assert host_flow(flow, UPDATE, mode="host").ret == 0
+    recorded = json.loads(flow.baseline.read_text())
+    assert recorded["tests"][HEAD]["host_macs"] == 2 * 8 * 4
+    del recorded["tests"][HEAD]["host_macs"]
+    old = json.dumps(recorded, sort_keys=True, indent=2) + "\n"
+    flow.baseline.write_text(old)
+
+    result = host_flow(flow, mode="host")
+    assert result.ret == 0, result.stdout.str()
+    assert "nobreak compile report" not in result.stdout.str()
+    assert flow.baseline.read_text() == old
+
+    result = host_flow(flow, mode="base")  # the figures it has still gate
+    assert result.ret == 1
+    changes = [line for line in result.stdout.lines if line.startswith(("REGRESSION", "improved"))]
+    assert [re.sub(r"-> \d+$", "-> N", line) for line in changes] == [
+        f"REGRESSION {HEAD}  macs 0 -> N",
+        f"REGRESSION {HEAD}  cycles 0 -> N",
+        f"improved   {HEAD}  dut_ops 0 -> N",
+        f"improved   {HEAD}  host_fallbacks 1 -> N",
+    ]
+
+    assert host_flow(flow, UPDATE, mode="host").ret == 0
+    assert flow.entries()[HEAD]["host_macs"] == 2 * 8 * 4

@@ -101,6 +101,7 @@ def test_disabled_runs_the_target_once_and_records_one_call(bench: pytest.Pytest
         "asic_dut_ops": 1,
         "asic_host_fallbacks": 0,
         "asic_macs": M * K * N,
+        "asic_host_macs": 0,
         "asic_cycles": gemm.cycles,
         "asic_bytes_moved": gemm.bytes_moved,
         "asic_utilization": gemm.utilization,
@@ -116,6 +117,7 @@ def test_disabled_runs_the_target_once_and_records_one_call(bench: pytest.Pytest
         "dut_ops": 1,
         "host_fallbacks": 0,
         "macs": M * K * N,
+        "host_macs": 0,
         "cycles": gemm.cycles,
     }
 
@@ -146,6 +148,7 @@ def test_timed_run_measures_one_extra_call(bench: pytest.Pytester) -> None:
         "dut_ops": 1,
         "host_fallbacks": 0,
         "macs": M * K * N,
+        "host_macs": 0,
         "cycles": gemm.cycles,
     }
 
@@ -185,6 +188,38 @@ def test_a_target_off_the_dut_fails(pytester: pytest.Pytester) -> None:
     result = run(pytester, "--benchmark-disable")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*asic_benchmark: Linear ran no GEMM on the simulated ASIC*"])
+
+
+def test_host_macs_are_those_of_one_call(pytester: pytest.Pytester) -> None:
+    """A target with a host fallback: extra_info and the test's report hold the host MACs of
+    the one measured call, not of the five calls that ran."""
+    pytester.makepyfile(
+        test_mixed=f"""
+        import torch
+        from torch import nn
+
+        class Mixed(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear({K}, {N})
+                self.head = nn.Linear({N}, 8).double()  # float64: on the host
+
+            def forward(self, x):
+                return self.head(self.fc(x).double())
+
+        def test_mixed(asic_benchmark, nobreak_compile):
+            asic_benchmark(nobreak_compile(Mixed()), torch.randn({M}, {K}), rounds=3)
+            info = asic_benchmark.extra_info
+            assert info["asic_target_calls"] == 5
+            assert (info["asic_dut_ops"], info["asic_macs"]) == (1, {M * K * N})
+            assert (info["asic_host_fallbacks"], info["asic_host_macs"]) == (1, {M * N * 8})
+        """
+    )
+    result = run(pytester, "--nobreak-json", "r.json")
+    result.assert_outcomes(passed=1)
+    entry = json.loads((pytester.path / "r.json").read_text())["tests"]["test_mixed.py::test_mixed"]
+    assert entry["asic"]["host_fallbacks"] == 1
+    assert entry["asic"]["host_macs"] == M * N * 8
 
 
 ROOFLINE_TESTS = """

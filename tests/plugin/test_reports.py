@@ -251,9 +251,11 @@ def test_asic_figures_in_the_json_and_the_baseline(models: Models) -> None:
     assert document["device"] == "gemmini"
     entry = document["tests"]["test_suite.py::test_linear"]
     assert set(entry) == {*CORE_KEYS, "asic"}
-    assert set(entry["asic"]) == {"dut_ops", "host_fallbacks", "macs", "cycles"}
+    assert set(entry["asic"]) == {"dut_ops", "host_fallbacks", "macs", "host_macs", "cycles"}
     assert entry["asic"]["dut_ops"] == 2
     assert entry["asic"]["host_fallbacks"] == 0
+    assert entry["asic"]["macs"] == 2 * 8 * 16 + 2 * 16 * 4
+    assert entry["asic"]["host_macs"] == 0
     recorded = json.loads((models.pytester.path / "b.json").read_text())
     assert recorded["tests"]["test_suite.py::test_linear"] == {
         "graphs": 1,
@@ -302,8 +304,8 @@ def test_github_annotations_and_step_summary(
     ]
     text = summary.read_text()
     assert text.startswith("earlier step\n### pytest-nobreak\n")  # appended, not replaced
-    assert "| `test_suite.py::test_branch` | 2 | 1 | 0 | 0 | – | – | failed |" in text
-    assert "| `test_suite.py::test_mlp` | 1 | 0 | 0 | 0 | – | – | passed |" in text
+    assert "| `test_suite.py::test_branch` | 2 | 1 | 0 | 0 | – | – | – | – | failed |" in text
+    assert "| `test_suite.py::test_mlp` | 1 | 0 | 0 | 0 | – | – | – | – | passed |" in text
     assert text.count("### pytest-nobreak") == 1
 
 

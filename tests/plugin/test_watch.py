@@ -59,3 +59,43 @@ def test_watch_is_reentrant_per_block() -> None:
         with pytest_nobreak.watch() as report:
             torch.compile(branchy, backend="eager")(torch.ones(3))
         assert report.graph_breaks == 1
+
+
+WATCHED_HOST_SCRIPT = """
+import warnings
+
+import torch
+
+import pytest_nobreak
+from pytest_nobreak import GraphBreakError
+
+warnings.simplefilter("always")
+with warnings.catch_warnings(record=True) as inside:
+    with pytest_nobreak.watch() as report:
+        torch.compile(torch.nn.Linear(8, 4), backend="asic")(torch.randn(2, 8))  # autograd live
+torch._dynamo.reset()  # compile again (Dynamo would reuse the graph for another Linear(8, 4))
+with warnings.catch_warnings(record=True) as after:
+    torch.compile(torch.nn.Linear(8, 4), backend="asic")(torch.randn(2, 8))
+try:
+    report.check()
+except GraphBreakError as exc:
+    print("kinds", sorted({b.kind for b in exc.breaks}))
+print("inside", [w.category.__name__ for w in inside])
+print("after", [w.category.__name__ for w in after])
+"""
+
+
+def test_watch_reports_host_fallbacks_instead_of_the_backends_warning(
+    pytester: pytest.Pytester,
+) -> None:
+    """watch() hands host fallbacks to check(), so the backend's once-per-process warning is
+    neither issued nor spent inside it: the first compile after the block still warns. In a
+    fresh process, since "once per process" is the point."""
+    script = pytester.makepyfile(watched=WATCHED_HOST_SCRIPT)
+    result = pytester.runpython(script)
+    assert result.ret == 0, result.stderr.str()
+    assert result.outlines == [
+        "kinds ['host_fallback']",
+        "inside []",
+        "after ['AsicHostWarning']",
+    ]

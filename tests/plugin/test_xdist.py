@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from asic_backend import SIM_VERSION
 from pytest_nobreak.baseline import load_baseline
 from tests.plugin.conftest import Models
 
@@ -265,7 +266,7 @@ def test_xdist_gives_the_serial_outcomes_messages_and_files(project: Project) ->
 
     release = str(torch.__version__).split("+", 1)[0]
     assert project.read_json("xdist-b.json")["torch"] == release
-    assert project.read_json("xdist-b.json")["asic_sim"] == "1"
+    assert project.read_json("xdist-b.json")["asic_sim"] == SIM_VERSION
     assert project.read_json("xdist-r.json")["torch"] == release
     assert project.read_json("xdist-r.json") == report
     assert (project.path / "xdist-b.json").read_bytes() == (

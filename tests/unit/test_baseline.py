@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -161,7 +162,12 @@ CORRUPT = {
     "missing figure": (document(tests={A: entry(recompiles=...)}), 'has no figure "recompiles"'),
     "partial asic": (
         document(tests={A: entry(dut_ops=1, host_fallbacks=0)}),
-        "has some ASIC figures but not macs, cycles",
+        "has some ASIC figures but not macs, cycles: give all of dut_ops, host_fallbacks, macs, "
+        "cycles or none",
+    ),
+    "host_macs alone": (
+        document(tests={A: entry(host_macs=0)}),
+        "has some ASIC figures but not dut_ops, host_fallbacks, macs, cycles",
     ),
     "duplicate test": (
         f'{{"version": 1, "torch": "2", "asic_sim": null, "tests": {{"{A}": {{}}, "{A}": {{}}}}}}',
@@ -201,6 +207,22 @@ def test_every_hand_written_valid_file_loads(tmp_path: Path) -> None:
     assert loaded == base({A: CLEAN, B: Figures(graphs=1, **asic)}, asic="1")
 
 
+def test_an_entry_recorded_before_host_macs_loads_without_it(tmp_path: Path) -> None:
+    """Baselines written before host_macs existed have the other four ASIC figures: host_macs
+    is "not measured" there (None, left out of the entry), not 0."""
+    path = tmp_path / "b.json"
+    old = entry(dut_ops=2, host_fallbacks=1, macs=4096, cycles=1200)
+    path.write_text(document(tests={A: old}, asic_sim="1"))
+    loaded = load_baseline(path)
+    assert loaded is not None
+    assert loaded.entries[A] == Figures(
+        graphs=1, dut_ops=2, host_fallbacks=1, macs=4096, cycles=1200
+    )
+    assert loaded.entries[A].host_macs is None
+    assert "host_macs" not in loaded.entries[A].as_dict()
+    assert json.loads(dump_baseline(loaded))["tests"][A] == old  # not written as 0 either
+
+
 # ----------------------------------------------------------------------------- comparison
 
 # Written out again on purpose: a change to the direction table must be a deliberate one.
@@ -212,6 +234,7 @@ EXPECTED_DIRECTIONS = {
     "dut_ops": "higher",
     "host_fallbacks": "lower",
     "macs": "lower",
+    "host_macs": "lower",
     "cycles": "lower",
 }
 
@@ -320,6 +343,18 @@ def test_a_test_that_newly_reaches_the_asic_improves_on_dut_ops_only() -> None:
     result = run(base({A: CLEAN}), {A: ASIC})
     assert result.improvements == (Change(A, "dut_ops", None, 2),)
     assert result.regressions == ()
+
+
+def test_host_macs_against_an_entry_from_before_them_is_no_change() -> None:
+    """No spurious regression on the upgrade: the old entry did not measure host MACs."""
+    now = dataclasses.replace(ASIC, host_fallbacks=1, host_macs=512)
+    result = run(base({A: dataclasses.replace(ASIC, host_fallbacks=1)}), {A: now})
+    assert not result.changed
+    # Once recorded, host_macs gates like any other figure.
+    result = run(base({A: now}), {A: dataclasses.replace(now, host_macs=1024)})
+    assert result.regressions == (Change(A, "host_macs", 512, 1024),)
+    assert result.failed
+    assert result.render_lines()[0] == (f"REGRESSION {A}  host_macs 512 -> 1024", "red")
 
 
 def test_asic_figures_of_zero_ops_on_one_side_are_no_change() -> None:

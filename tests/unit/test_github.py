@@ -66,6 +66,23 @@ def test_a_break_is_annotated_at_the_model_line_relative_to_the_workspace() -> N
     ]
 
 
+def test_a_host_fallback_is_titled_by_its_op() -> None:
+    host = BreakEvent(
+        kind="host_fallback",
+        gb_type="Host fallback: conv2d",
+        file=f"{WS}/src/models.py",
+        line=14,
+        reason="torch.float64 operands",
+        calls=3,
+        macs=884736,
+    )
+    lines = github.workflow_commands([record("t.py::test_x", breaks=(host,))], WS)
+    assert lines == [
+        "::warning file=src/models.py,line=14,title=host fallback%3A conv2d"
+        "::torch.float64 operands%0Ain t.py::test_x"
+    ]
+
+
 @pytest.mark.parametrize(
     ("marked", "outcome", "level"),
     [(True, "failed", "error"), (True, "passed", "warning"), (False, "passed", "warning")],
@@ -154,7 +171,7 @@ def test_a_missing_test_is_an_error_only_under_strict(strict: bool, level: str) 
 
 def test_step_summary_table() -> None:
     a, b, c = "tests/t.py::a", "tests/t.py::b[x|y]", "tests/t.py::c"
-    asic = Figures(graphs=1, dut_ops=2, host_fallbacks=0, macs=64, cycles=900)
+    asic = Figures(graphs=1, dut_ops=1, host_fallbacks=1, macs=32, host_macs=32, cycles=900)
     records = [
         record(b, figures=Figures(graphs=2, graph_breaks=1), breaks=(SEED,), outcome="failed"),
         record(a, figures=asic),
@@ -162,7 +179,7 @@ def test_step_summary_table() -> None:
     ]
     drift = comparison(
         {
-            a: Figures(graphs=1, dut_ops=2, host_fallbacks=0, macs=64, cycles=1200),
+            a: Figures(graphs=1, dut_ops=2, host_fallbacks=0, macs=64, host_macs=0, cycles=1200),
             b: Figures(graphs=1),
         },
         {r.nodeid: r.figures for r in records},
@@ -170,19 +187,26 @@ def test_step_summary_table() -> None:
     text = step_summary_markdown(records, drift)
     assert text.startswith("### pytest-nobreak\n")
     assert "3 watched tests, 1 with graph breaks or eager fallbacks." in text
-    assert "Baseline: 2 regressed figures, 1 improved, 1 tests missing." in text
-    rows = text.splitlines()[-3:]
+    assert "Baseline: 5 regressed figures, 2 improved, 1 tests missing." in text
+    rows = text.splitlines()[-5:]
     assert rows == [
-        "| `tests/t.py::a` | 1 | 0 | 0 | 0 | 2 | 1200 → 900 | improved |",
-        "| `tests/t.py::b[x\\|y]` | **1 → 2** | **0 → 1** | 0 | 0 | – | – | failed, regressed |",
-        "| `tests/t.py::c` | 1 | 0 | 0 | 0 | – | – | not in baseline |",
+        "| test | graphs | breaks | eager | recompiles | dut_ops | macs | host_macs | cycles "
+        "| status |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        # Half the work moved to the host: fewer DUT ops and host MACs are regressions (bold),
+        # fewer DUT MACs and cycles are not.
+        "| `tests/t.py::a` | 1 | 0 | 0 | 0 | **2 → 1** | 64 → 32 | **0 → 32** | 1200 → 900 "
+        "| regressed |",
+        "| `tests/t.py::b[x\\|y]` | **1 → 2** | **0 → 1** | 0 | 0 | – | – | – | – "
+        "| failed, regressed |",
+        "| `tests/t.py::c` | 1 | 0 | 0 | 0 | – | – | – | – | not in baseline |",
     ]
 
 
 def test_step_summary_without_a_baseline() -> None:
     text = step_summary_markdown([record("t")], None)
     assert "Baseline" not in text
-    assert text.endswith("| `t` | 1 | 0 | 0 | 0 | – | – | passed |\n")
+    assert text.endswith("| `t` | 1 | 0 | 0 | 0 | – | – | – | – | passed |\n")
 
 
 def test_a_long_summary_lists_only_the_tests_with_something_to_say(

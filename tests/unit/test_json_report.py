@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pytest_nobreak.events import BreakEvent, Figures
+from pytest_nobreak.events import BreakEvent, Figures, OtherSite
 from pytest_nobreak.json_report import (
     ReportError,
     TestRecord,
@@ -28,12 +28,23 @@ SEED_BREAK = BreakEvent(
     line=12,
     reason="aten._local_scalar_dense: data-dependent",
 )
+HOST_BREAK = BreakEvent(
+    kind="host_fallback",
+    gb_type="Host fallback: linear",
+    file="/repo/models.py",
+    line=20,
+    reason="torch.float64 operands",
+    calls=2,
+    macs=640,
+)
 BROKEN = TestRecord(
     nodeid="tests/test_m.py::test_seed",
     outcome="failed",
     marked=True,
-    figures=Figures(graphs=0, eager_frames=1, dut_ops=0, host_fallbacks=2, macs=0, cycles=0),
-    breaks=(SEED_BREAK,),
+    figures=Figures(
+        graphs=0, eager_frames=1, dut_ops=0, host_fallbacks=2, macs=0, host_macs=640, cycles=0
+    ),
+    breaks=(SEED_BREAK, HOST_BREAK),
 )
 CLEAN = TestRecord(
     nodeid="tests/test_m.py::test_clean", outcome="passed", marked=False, figures=Figures(graphs=1)
@@ -56,9 +67,19 @@ def test_a_record_renders_as_the_documented_schema() -> None:
                 "file": "/repo/models.py",
                 "line": 12,
                 "reason": "aten._local_scalar_dense: data-dependent",
-            }
+            },
+            {
+                "kind": "host_fallback",
+                "gb_id": None,
+                "gb_type": "Host fallback: linear",
+                "file": "/repo/models.py",
+                "line": 20,
+                "reason": "torch.float64 operands",
+                "calls": 2,
+                "macs": 640,
+            },
         ],
-        "asic": {"dut_ops": 0, "host_fallbacks": 2, "macs": 0, "cycles": 0},
+        "asic": {"dut_ops": 0, "host_fallbacks": 2, "macs": 0, "host_macs": 640, "cycles": 0},
     }
 
 
@@ -100,6 +121,37 @@ def test_the_round_trip_drops_only_what_the_report_does_not_carry() -> None:
     assert back.breaks == (BreakEvent(kind="graph_break", gb_type="Data-dependent branching"),)
     assert back.figures == record.figures
 
+    host = BreakEvent(
+        kind="host_fallback",
+        gb_type="Host fallback: conv2d",
+        reason="float64",
+        calls=3,
+        macs=99,
+        detail="x[1, 3, 8, 8] w[4, 3, 3, 3]",
+        also_at=(OtherSite("/repo/m.py", 3, 2),),
+    )
+    record = TestRecord("t", "failed", True, Figures(graphs=1), (host,))
+    back = TestRecord.from_json("t", record.to_json())
+    assert back.breaks == (
+        BreakEvent(
+            kind="host_fallback",
+            gb_type="Host fallback: conv2d",
+            reason="float64",
+            calls=3,
+            macs=99,
+        ),
+    )
+
+
+def test_a_record_from_before_host_macs_reads_as_not_measured() -> None:
+    data = json.loads(json.dumps(BROKEN.to_json()))
+    del data["asic"]["host_macs"]
+    figures = TestRecord.from_json(BROKEN.nodeid, data).figures
+    assert figures.host_macs is None
+    assert figures.dut_ops == 0
+    assert "host_macs" not in (figures.asic() or {})
+    assert figures.dut_share is None
+
 
 @pytest.mark.parametrize(
     ("mutate", "expected"),
@@ -114,6 +166,8 @@ def test_the_round_trip_drops_only_what_the_report_does_not_carry() -> None:
         (lambda d: d["breaks"][0].update(kind="oops"), "unknown break kind 'oops'"),
         (lambda d: d["breaks"][0].update(line="12"), "'line' must be int"),
         (lambda d: d["breaks"].append("x"), "a break must be an object"),
+        (lambda d: d["breaks"][1].update(macs=-1), "'macs' must be an integer >= 0"),
+        (lambda d: d["asic"].update(host_macs=1.5), "'host_macs' must be an integer >= 0"),
     ],
 )
 def test_from_json_rejects_malformed_records(mutate: Any, expected: str) -> None:
@@ -195,4 +249,5 @@ def test_junit_properties_name_every_measured_figure() -> None:
         ("nobreak_recompiles", 0),
     ]
     assert dict(junit_properties(BROKEN))["nobreak_host_fallbacks"] == 2
-    assert len(junit_properties(BROKEN)) == 8
+    assert dict(junit_properties(BROKEN))["nobreak_host_macs"] == 640
+    assert len(junit_properties(BROKEN)) == 9

@@ -1,0 +1,174 @@
+"""Host MAC accounting: every matmul-class op left in the aten graph is a counted host fallback.
+
+The last pass over every aten graph the backend hands to the host compiler (forward, inference
+and backward): each op of :data:`asic_backend.macs.MAC_OPS` still in it runs on the host, so
+:func:`account_host_macs` threads its first operand through ``asic::host_fallback``, which on
+every run counts one call and its MACs (from the operands' real shapes, so dynamic shapes count
+right) on the device, with the reason and the user's ``file:line``. Whatever put the op there (a
+lowering that said why, autograd, an op no pass knows), it cannot run unseen.
+
+>>> summary = account_host_macs(aten_gm, options, default_reason=None)
+>>> [site.op for site in summary.host]        # what will be counted on the host, and why
+['conv2d']
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import Tensor, fx
+
+from asic_backend import macs
+from asic_backend.device import HostFallback, get_device
+from asic_backend.fx_nodes import user_frame
+from asic_backend.rewrite import (
+    HOST_OP_KEY,
+    HOST_REASON_KEY,
+    LoweringOptions,
+    LoweringSummary,
+    Rewrite,
+)
+
+__all__ = [
+    "AUTOGRAD_REASON",
+    "BACKWARD_REASON",
+    "account_host_macs",
+    "host_fallback",
+]
+
+#: Why a graph compiled while autograd was live runs on the host (per op, with its MACs).
+AUTOGRAD_REASON = (
+    "autograd is live (grad mode on and an input or parameter requires grad), so the graph runs "
+    "on the host: the DUT is inference-only; call the model under torch.no_grad() or "
+    "torch.inference_mode()"
+)
+#: Why the backward graph's matmul-class ops run on the host.
+BACKWARD_REASON = "the backward pass runs on the host: the DUT is inference-only"
+
+
+def _unlowered_reason(name: str) -> str:
+    return (
+        f"aten.{name} reached the host compiler with no DUT lowering (an in-place or out= "
+        "variant, or an op inside a call the backend cannot see into): use the out-of-place "
+        "op, or report the model"
+    )
+
+
+def account_host_macs(
+    gm: fx.GraphModule, options: LoweringOptions, default_reason: str | None = None
+) -> LoweringSummary:
+    """Count every matmul-class op of the aten graph ``gm`` as a host fallback, in place.
+
+    An op's reason is the one the lowering gave its source node, else ``default_reason`` (why
+    the whole graph is on the host), else a generic one naming the op.
+    """
+    rw = Rewrite(gm, options)
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function":
+            continue
+        op = macs.mac_op(node.target)
+        if op is None:
+            continue
+        custom = node.meta.get("custom") or {}
+        aten_name = node.target._opname if isinstance(node.target, torch._ops.OpOverload) else "?"
+        reason = custom.get(HOST_REASON_KEY) or default_reason or _unlowered_reason(aten_name)
+        _mark(rw, node, op, reason, str(custom.get(HOST_OP_KEY) or aten_name))
+    if rw.summary.host:
+        gm.graph.lint()
+        gm.recompile()
+    return rw.summary
+
+
+def _mark(rw: Rewrite, node: fx.Node, op: macs.MacOp, reason: str, name: str) -> None:
+    first, *others = (node.args[i] for i in op.operands)
+    if not isinstance(first, fx.Node) or not all(isinstance(o, fx.Node) for o in others):
+        return
+    file, line, source = user_frame(node)
+    marker = rw.call_aten_before(
+        node,
+        torch.ops.asic.host_fallback.default,
+        (
+            first,
+            list(others),
+            op.formula,
+            op.params(node.args),
+            rw.options.device,
+            name,
+            reason,
+            file,
+            line,
+            source,
+        ),
+    )
+    for key in ("stack_trace", "nn_module_stack", "custom"):
+        if key in node.meta:
+            marker.meta[key] = node.meta[key]
+    node.replace_input_with(first, marker)
+    rw.summary.host.append(
+        HostFallback(op=name, reason=reason, file=file, line=line, source=source)
+    )
+
+
+# -- asic::host_fallback: the run-time count ----------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1024)
+def _site(
+    op: str, reason: str, file: str | None, line: int | None, source: str | None
+) -> HostFallback:
+    return HostFallback(op=op, reason=reason, file=file, line=line, source=source)
+
+
+@torch.library.custom_op("asic::host_fallback", mutates_args=())
+def host_fallback(
+    x: Tensor,
+    others: list[Tensor],
+    formula: str,
+    params: list[int],
+    device: str,
+    op: str,
+    reason: str,
+    file: str | None,
+    line: int | None,
+    source: str | None,
+) -> Tensor:
+    """Count one host call of ``op`` (at ``file:line``, for ``reason``) and pass ``x`` on.
+
+    ``x`` and ``others`` are the op's operands (the tensors its MAC ``formula`` reads, with
+    ``params`` for a convolution); the op itself then runs on the host, unchanged, on the
+    returned copy of ``x``, so the count cannot be dropped as dead code. The copy keeps ``x``'s
+    strides (a kernel may lay its output out after its input's, and the graph after it was
+    traced with those). The site travels in the arguments, so a cached graph needs no side
+    table.
+    """
+    shapes = [tuple(x.shape), *(tuple(t.shape) for t in others)]
+    formula_ = _formula(formula)
+    count = macs.macs(formula_, shapes, params)
+    get_device(device).record_host_fallback(
+        _site(op, reason, file, line, source), count, macs.shape_text(formula_, shapes)
+    )
+    return x.clone(memory_format=torch.preserve_format)
+
+
+@host_fallback.register_fake
+def _(
+    x: Tensor,
+    others: list[Tensor],
+    formula: str,
+    params: list[int],
+    device: str,
+    op: str,
+    reason: str,
+    file: str | None,
+    line: int | None,
+    source: str | None,
+) -> Tensor:
+    _formula(formula)
+    return torch.empty_like(x, memory_format=torch.preserve_format)
+
+
+def _formula(name: str) -> macs.Formula:
+    if name not in macs.FORMULAS:
+        raise ValueError(f"asic::host_fallback: unknown MAC formula {name!r}")
+    return name  # type: ignore[return-value]

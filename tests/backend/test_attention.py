@@ -1,0 +1,198 @@
+"""Attention, einsum and batched matmuls on the DUT; the variants that cannot go there, counted.
+
+Every test here also runs under the suite-wide MAC accounting check (tests/accounting.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from asic_backend import make_backend
+from asic_backend.device import Device
+
+from .models import assert_close_to_fp32
+
+B, H, L, S, E = 2, 4, 8, 12, 16
+#: One SDPA's MACs at these shapes: QKᵀ and PV for every (batch, head).
+SDPA_MACS = B * H * L * S * (E + E)
+
+
+def _qkv(kv_heads: int = H) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return torch.randn(B, H, L, E), torch.randn(B, kv_heads, S, E), torch.randn(B, kv_heads, S, E)
+
+
+def _math(fn: Callable[..., torch.Tensor], *args: Any) -> torch.Tensor:
+    with sdpa_kernel(SDPBackend.MATH):
+        return fn(*args)
+
+
+SDPA_CASES: dict[str, Callable[..., torch.Tensor]] = {
+    "plain": lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+    "bool-mask": lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=torch.ones(L, S, dtype=torch.bool).tril(diagonal=4)
+    ),
+    "float-mask-broadcast": lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=torch.linspace(-2, 0, S).expand(B, 1, L, S)
+    ),
+    "scale": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, scale=0.05),
+    "dropout-zero": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=0.0),
+}
+
+
+@pytest.mark.parametrize("case", list(SDPA_CASES))
+def test_sdpa_runs_both_matmuls_on_the_dut(device: Device, case: str) -> None:
+    fn, (q, k, v) = SDPA_CASES[case], _qkv()
+    with torch.no_grad():
+        out = torch.compile(fn, backend="asic", fullgraph=True)(q, k, v)
+    assert_close_to_fp32(out, _math(fn, q, k, v))
+    snap = device.snapshot()
+    assert (snap.dut_ops, snap.host_fallbacks, snap.macs) == (2 * B * H, 0, SDPA_MACS)
+
+
+def test_causal_and_grouped_query_attention(device: Device) -> None:
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+    q, k, v = torch.randn(B, H, S, E), torch.randn(B, 2, S, E), torch.randn(B, 2, S, E)
+    with torch.no_grad():
+        out = torch.compile(fn, backend="asic", fullgraph=True)(q, k, v)
+    assert_close_to_fp32(out, _math(fn, q, k, v))
+    # Key/value heads are shared by 2 query heads each; the work is per query head.
+    assert device.snapshot().macs == B * H * S * S * 2 * E
+
+
+def test_a_fully_masked_row_gives_zeros_as_the_math_path_does(device: Device) -> None:
+    mask = torch.ones(L, S, dtype=torch.bool)
+    mask[3] = False
+
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    q, k, v = _qkv()
+    with torch.no_grad():
+        out = torch.compile(fn, backend="asic", fullgraph=True)(q, k, v)
+    assert not out.isnan().any()
+    assert torch.equal(out[:, :, 3], torch.zeros_like(out[:, :, 3]))
+
+
+@pytest.mark.parametrize(
+    ("fn", "dtype", "host_ops", "shape", "reason"),
+    [
+        (
+            lambda q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=0.25),
+            torch.float32,
+            2,  # with dropout the host runs the math path: two bmm, QKᵀ then PV
+            f"[{B * H}, {L}, {E}] x [{B * H}, {E}, {S}]",
+            "attention dropout (dropout_p=0.25) is random and for training",
+        ),
+        (
+            lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+            torch.float64,
+            1,  # one fused attention kernel
+            f"q[{B}, {H}, {L}, {E}] k[{B}, {H}, {S}, {E}] v[{B}, {H}, {S}, {E}]",
+            "torch.float64 / torch.float64 / torch.float64 query/key/value: the DUT path",
+        ),
+    ],
+    ids=["dropout", "float64"],
+)
+def test_attention_the_dut_cannot_take_is_a_counted_host_fallback(
+    device: Device,
+    fn: Callable[..., torch.Tensor],
+    dtype: torch.dtype,
+    host_ops: int,
+    shape: str,
+    reason: str,
+) -> None:
+    q, k, v = (t.to(dtype) for t in _qkv())
+    with torch.no_grad():
+        torch.compile(fn, backend="asic", fullgraph=True)(q, k, v)
+    snap = device.snapshot()
+    assert (snap.dut_ops, snap.host_fallbacks, snap.host_macs) == (0, host_ops, SDPA_MACS)
+    (stats,) = device.host_fallback_stats  # one site, whatever the host ran it as
+    assert stats.site.op == "scaled_dot_product_attention"
+    assert stats.site.reason.startswith(reason)
+    assert (stats.calls, stats.shape) == (host_ops, shape)
+
+
+def test_matmul_none_leaves_attention_on_the_host(device: Device) -> None:
+    q, k, v = _qkv()
+    fn = SDPA_CASES["plain"]
+    with torch.no_grad():
+        torch.compile(fn, backend=make_backend(matmul="none"))(q, k, v)
+    assert (device.snapshot().host_fallbacks, device.snapshot().host_macs) == (1, SDPA_MACS)
+
+
+EINSUMS = {
+    "bij,bjk->bik": ((3, 4, 5), (3, 5, 6)),  # batched matmul
+    "bhqd,bhkd->bhqk": ((2, 3, 4, 8), (2, 3, 5, 8)),  # attention scores
+    "ij,jk->ik": ((4, 5), (5, 6)),
+    "bsd,hd->bsh": ((2, 4, 8), (6, 8)),  # a linear written as einsum
+    "i,i->": ((7,), (7,)),  # a dot product
+    "bi,bi->b": ((3, 5), (3, 5)),  # a row-wise dot product (a batched GEMV)
+}
+
+
+@pytest.mark.parametrize("equation", list(EINSUMS))
+def test_einsum_contractions_run_on_the_dut(device: Device, equation: str) -> None:
+    a, b = (torch.randn(*shape) for shape in EINSUMS[equation])
+
+    def fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.einsum(equation, a, b)
+
+    with torch.no_grad():
+        out = torch.compile(fn, backend="asic", fullgraph=True)(a, b)
+    assert_close_to_fp32(out, fn(a, b))
+    snap = device.snapshot()
+    assert snap.dut_ops >= 1
+    assert (snap.host_fallbacks, snap.host_macs) == (0, 0)
+
+
+def test_a_three_operand_einsum_runs_every_contraction_on_the_dut(device: Device) -> None:
+    a, b, c = torch.randn(4, 5), torch.randn(5, 6), torch.randn(6, 3)
+
+    def fn(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        return torch.einsum("ij,jk,kl->il", a, b, c)
+
+    with torch.no_grad():
+        out = torch.compile(fn, backend="asic", fullgraph=True)(a, b, c)
+    assert_close_to_fp32(out, fn(a, b, c))
+    assert (device.snapshot().dut_ops, device.snapshot().host_fallbacks) == (2, 0)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x, a, b: torch.baddbmm(x, a, b),
+        lambda x, a, b: torch.baddbmm(x, a, b, beta=0.5, alpha=2.0),
+        lambda x, a, b: x.baddbmm(a, b, beta=0.0),
+        lambda x, a, b: torch.addbmm(x[0], a, b, alpha=-1.0),
+        lambda x, a, b: torch.addmm(x[0], a[0], b[0], beta=2.0),
+    ],
+    ids=["baddbmm", "baddbmm-scaled", "baddbmm-beta0-method", "addbmm", "addmm-scaled"],
+)
+def test_batched_and_scaled_matmuls_run_on_the_dut(
+    device: Device, fn: Callable[..., torch.Tensor]
+) -> None:
+    x, a, b = torch.randn(3, 5, 7), torch.randn(3, 5, 6), torch.randn(3, 6, 7)
+    with torch.no_grad():
+        out = torch.compile(fn, backend="asic", fullgraph=True)(x, a, b)
+    assert_close_to_fp32(out, fn(x, a, b))
+    snap = device.snapshot()
+    assert snap.dut_ops >= 1
+    assert (snap.host_fallbacks, snap.host_macs) == (0, 0)
+
+
+def test_beta_zero_ignores_a_nan_input_as_pytorch_does(device: Device) -> None:
+    def fn(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(x, a, b, beta=0.0)
+
+    x, a, b = torch.full((2, 3, 4), float("nan")), torch.randn(2, 3, 5), torch.randn(2, 5, 4)
+    with torch.no_grad():
+        out = torch.compile(fn, backend="asic", fullgraph=True)(x, a, b)
+    assert not out.isnan().any()

@@ -1,0 +1,254 @@
+"""Convolutions on the DUT: float ones as dynamic int8, PT2E ones as integers, the rest counted.
+
+Every test here also runs under the suite-wide MAC accounting check (tests/accounting.py): each
+compiled call's DUT + host MACs equal FlopCounterMode's count of the same graph.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from asic_backend import make_backend
+from asic_backend.conv import ConvGeometry
+from asic_backend.cycles import conv_cost
+from asic_backend.device import Device
+
+from .models import assert_close_to_fp32
+
+CASES: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...]]] = {
+    "conv1d-audio-stride2": (lambda: nn.Conv1d(8, 16, 3, stride=2, padding=1), (2, 8, 40)),
+    "conv2d-3x3": (lambda: nn.Conv2d(8, 16, 3, padding=1), (2, 8, 12, 12)),
+    "conv2d-strided-7x7-stem": (lambda: nn.Conv2d(3, 16, 7, stride=2, padding=3), (2, 3, 20, 20)),
+    "conv2d-dilated": (lambda: nn.Conv2d(8, 8, 3, padding=2, dilation=2), (1, 8, 10, 10)),
+    "conv2d-same-even-kernel": (lambda: nn.Conv2d(4, 8, 4, padding="same"), (2, 4, 9, 9)),
+    "conv2d-valid": (lambda: nn.Conv2d(4, 8, (3, 1), padding="valid"), (2, 4, 9, 9)),
+    "conv2d-reflect": (
+        lambda: nn.Conv2d(4, 8, 3, padding=1, padding_mode="reflect"),
+        (2, 4, 9, 9),
+    ),
+    "conv2d-1x1": (lambda: nn.Conv2d(16, 32, 1), (2, 16, 7, 7)),
+    "conv2d-grouped": (lambda: nn.Conv2d(8, 16, 3, padding=1, groups=4), (2, 8, 9, 9)),
+    "conv2d-depthwise": (lambda: nn.Conv2d(16, 16, 3, padding=1, groups=16), (2, 16, 9, 9)),
+    "conv2d-depthwise-x2": (lambda: nn.Conv2d(8, 16, 5, padding=2, groups=8), (2, 8, 9, 9)),
+    "conv2d-unbatched": (lambda: nn.Conv2d(4, 8, 3), (4, 9, 9)),
+    "conv3d": (lambda: nn.Conv3d(4, 8, 3, padding=1, stride=(1, 2, 2)), (1, 4, 5, 8, 8)),
+    "conv_transpose1d": (
+        lambda: nn.ConvTranspose1d(8, 4, 4, stride=2, padding=1),
+        (2, 8, 10),
+    ),
+    "conv_transpose2d-output-padding": (
+        lambda: nn.ConvTranspose2d(8, 6, 3, stride=2, padding=1, output_padding=1, groups=2),
+        (2, 8, 5, 5),
+    ),
+    "conv_transpose3d-dilated": (
+        lambda: nn.ConvTranspose3d(4, 4, 2, dilation=2),
+        (1, 4, 3, 4, 4),
+    ),
+}
+
+
+def _geometry(conv: nn.Module, x: torch.Tensor) -> ConvGeometry:
+    spatial = conv.weight.dim() - 2
+    batched = x if x.dim() == spatial + 2 else x.unsqueeze(0)
+    padding = conv.padding
+    if padding == "same":
+        padding = [((k - 1) // 2, k - 1 - (k - 1) // 2) for k in conv.kernel_size]
+    elif padding == "valid" or conv.padding_mode != "zeros":
+        padding = 0
+    if conv.padding_mode != "zeros":  # the input is padded explicitly first
+        batched = torch.nn.functional.pad(batched, conv._reversed_padding_repeated_twice)
+    transposed = isinstance(conv, nn.modules.conv._ConvTransposeNd)
+    return ConvGeometry.of(
+        batched.shape,
+        conv.weight.shape,
+        stride=conv.stride,
+        padding=padding,
+        dilation=conv.dilation,
+        groups=conv.groups,
+        transposed=transposed,
+        output_padding=conv.output_padding if transposed else 0,
+    )
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel:UserWarning")
+@pytest.mark.parametrize("case", list(CASES))
+def test_float_convolutions_run_on_the_dut(device: Device, case: str) -> None:
+    build, shape = CASES[case]
+    conv, x = build().eval(), torch.randn(*shape)
+    with torch.no_grad():
+        ref = conv(x)
+        out = torch.compile(conv, backend="asic", fullgraph=True)(x)
+    assert out.shape == ref.shape
+    assert_close_to_fp32(out, ref)
+    geo = _geometry(conv, x)
+    snap = device.snapshot()
+    # One GEMM per group, each costing SCALE-Sim's im2col GEMM; nothing on the host.
+    assert (snap.dut_ops, snap.host_fallbacks, snap.host_macs) == (geo.groups, 0, 0)
+    assert snap.macs == geo.macs
+    assert snap.cycles == geo.groups * conv_cost(device.config, geo, out_bytes=4).cycles
+
+
+def test_a_batch_element_does_not_depend_on_the_rest_of_the_batch(device: Device) -> None:
+    # Activations are quantized per sample: a sample's result is the same alone or batched.
+    conv = nn.Conv2d(4, 8, 3, padding=1).eval()
+    x = torch.randn(3, 4, 8, 8)
+    x[2] *= 100  # a sample with a much larger range would coarsen a per-tensor scale
+    compiled = torch.compile(conv, backend="asic", dynamic=False)
+    with torch.no_grad():
+        batched = compiled(x)
+        alone = compiled(x[:1])
+    assert torch.equal(batched[:1], alone)
+
+
+def test_conv_weights_are_quantized_once_and_follow_in_place_writes(device: Device) -> None:
+    from asic_backend import conv_ops
+
+    conv = nn.Conv2d(4, 8, 3).eval()
+    compiled = torch.compile(conv, backend="asic")
+    calls: list[int] = []
+    original = conv_ops._quantize_conv_weight
+
+    def counting(*args: Any) -> Any:
+        calls.append(1)
+        return original(*args)
+
+    x = torch.randn(1, 4, 6, 6)
+    with pytest.MonkeyPatch.context() as mp, torch.no_grad():
+        mp.setattr(conv_ops, "_quantize_conv_weight", counting)
+        first = compiled(x)
+        assert torch.equal(compiled(x), first)
+        assert len(calls) == 1
+        conv.weight.mul_(2)  # an in-place write bumps the version: re-quantized
+        second = compiled(x)
+        assert_close_to_fp32(second, conv(x))
+    assert len(calls) == 2
+
+
+def test_bfloat16_convolution_runs_on_the_dut(device: Device) -> None:
+    conv = nn.Conv2d(8, 8, 3, padding=1).to(torch.bfloat16).eval()
+    x = torch.randn(2, 8, 8, 8, dtype=torch.bfloat16)
+    with torch.no_grad():
+        out = torch.compile(conv, backend="asic", fullgraph=True)(x)
+        ref = conv(x)
+    assert out.dtype == torch.bfloat16
+    assert_close_to_fp32(out, ref)
+    assert device.snapshot().dut_ops == 1
+
+
+def test_a_float64_convolution_is_a_counted_host_fallback_at_its_line(device: Device) -> None:
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3).double()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.conv(x)  # the site
+
+    net, x = Net().eval(), torch.randn(2, 3, 6, 6, dtype=torch.float64)
+    compiled = torch.compile(net, backend="asic", fullgraph=True)
+    with torch.no_grad():
+        for _ in range(2):
+            assert torch.equal(compiled(x), net(x))
+    snap = device.snapshot()
+    assert (snap.dut_ops, snap.host_fallbacks, snap.macs) == (0, 2, 0)
+    assert snap.host_macs == 2 * (2 * 4 * 4 * 4 * 3 * 3 * 3)
+    (stats,) = device.host_fallback_stats
+    lines, first = inspect.getsourcelines(Net)
+    line = first + next(i for i, text in enumerate(lines) if text.rstrip().endswith("# the site"))
+    assert (stats.site.op, stats.site.file, stats.site.line) == ("conv2d", __file__, line)
+    assert stats.site.reason.startswith("torch.float64 operands: the DUT path quantizes")
+    assert (stats.calls, stats.shape) == (2, "x[2, 3, 6, 6] w[4, 3, 3, 3]")
+
+
+def test_quantize_none_leaves_convolutions_on_the_host_counted(device: Device) -> None:
+    conv, x = nn.Conv1d(4, 4, 3).eval(), torch.randn(2, 4, 10)
+    with torch.no_grad():
+        out = torch.compile(conv, backend=make_backend(quantize="none"))(x)
+        torch.testing.assert_close(out, conv(x))
+    snap = device.snapshot()
+    assert (snap.dut_ops, snap.host_fallbacks, snap.host_macs) == (0, 1, 2 * 8 * 4 * 4 * 3)
+    (site,) = device.host_fallback_sites
+    assert site.reason == "quantize='none': float convolutions stay on the host"
+
+
+@pytest.mark.parametrize("host", ["aten", "inductor"])
+def test_dynamic_batch_convolution_does_not_recompile(device: Device, host: str) -> None:
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 1)).eval()
+    counter = CompileCounterWithBackend(make_backend(host=host))
+    compiled = torch.compile(net, backend=counter, dynamic=True, fullgraph=True)
+    with torch.no_grad():
+        for batch in (2, 3, 5):
+            x = torch.randn(batch, 3, 8, 8)
+            assert_close_to_fp32(compiled(x), net(x))
+    assert counter.frame_count == 1
+    assert device.snapshot().dut_ops == 2 * 3
+
+
+class _CNN(nn.Module):
+    """conv -> relu -> grouped strided conv -> linear: PT2E quantizes all three."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=2)
+        self.fc = nn.Linear(8 * 4 * 4, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.c2(torch.relu(self.c1(x))).flatten(1))
+
+
+@pytest.mark.filterwarnings("ignore:XNNPACKQuantizer is deprecated:UserWarning")
+@pytest.mark.parametrize("quantizer", ["x86_static", "xnnpack_static"])
+def test_pt2e_convolutions_run_on_the_dut_within_one_lsb(device: Device, quantizer: str) -> None:
+    pytest.importorskip("torchao")
+    from .test_pt2e import _convert
+
+    x = torch.randn(2, 3, 8, 8)
+    converted = _convert(_CNN(), quantizer, x)
+    with torch.no_grad():
+        ref = converted(x)
+        out = torch.compile(converted, backend="asic", fullgraph=True)(x)
+    snap = device.snapshot()
+    # c1, c2 (2 groups), fc; the convs' output quantize (and c1's relu) fused on the DUT.
+    assert (snap.dut_ops, snap.host_fallbacks) == (1 + 2 + 1, 0)
+    assert snap.macs == 2 * 8 * 8 * 8 * 27 + 2 * 16 * 8 * 36 + 2 * 128 * 10
+    # Requantized int8 activations: each differs from PT2E's float reference by at most 1 LSB,
+    # which the next layer carries on; a few output LSBs at most.
+    output_scale = float(ref.abs().max()) / 127
+    assert float((out - ref).abs().max()) <= 4 * output_scale
+
+
+@pytest.mark.filterwarnings("ignore:XNNPACKQuantizer is deprecated:UserWarning")
+def test_pt2e_transposed_convolutions(device: Device) -> None:
+    pytest.importorskip("torchao")
+    from .test_pt2e import _convert
+
+    # XNNPACK quantizes conv_transpose + relu. Per tensor: on the DUT, requantized there.
+    net = nn.Sequential(nn.ConvTranspose2d(4, 6, 2, stride=2), nn.ReLU())
+    x = torch.randn(1, 4, 4, 4)
+    macs = 16 * 4 * 6 * 2 * 2
+    per_tensor = _convert(net, "xnnpack_static_per_tensor", x)
+    with torch.no_grad():
+        ref = per_tensor(x)
+        out = torch.compile(per_tensor, backend="asic", fullgraph=True)(x)
+    snap = device.snapshot()
+    assert (snap.dut_ops, snap.host_fallbacks, snap.macs) == (1, 0, macs)
+    output_scale = float(ref.abs().max()) / 255  # relu: the int8 range holds [0, max]
+    assert float((out - ref).abs().max()) <= 2 * output_scale
+    # Per channel, XNNPACK scales axis 0: the input channels a transposed conv sums over.
+    device.reset()
+    per_channel = _convert(net, "xnnpack_static", x)
+    with torch.no_grad():
+        torch.compile(per_channel, backend="asic", fullgraph=True)(x)
+    snap = device.snapshot()
+    assert (snap.dut_ops, snap.host_fallbacks, snap.host_macs) == (0, 1, macs)
+    (site,) = device.host_fallback_sites
+    assert site.reason.startswith("per-channel weights along axis 0, which the layer sums over")

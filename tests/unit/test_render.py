@@ -1,0 +1,150 @@
+"""The failure message's host-fallback entries, shares as percentages, and the terminal table."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_nobreak.events import BreakEvent, Figures, OtherSite
+from pytest_nobreak.json_report import TestRecord
+from pytest_nobreak.render import allow_hint, percent, render_event, render_failure
+from pytest_nobreak.reporting import figures_table
+
+WHY = "torch.float64 operands: the DUT path quantizes float32/bfloat16/float16 only"
+CONV = BreakEvent(
+    kind="host_fallback",
+    gb_type="Host fallback: conv2d",
+    file="/elsewhere/models.py",
+    line=14,
+    source="y = self.conv(x.double())",
+    reason=WHY,
+    calls=3,
+    macs=884736,
+    detail="x[2, 3, 32, 32] w[16, 3, 3, 3]",
+    also_at=(OtherSite("/elsewhere/models.py", 20, 2),),
+)
+BRANCH = BreakEvent(
+    kind="graph_break",
+    gb_type="Data-dependent branching",
+    gb_id="GB0170",
+    file="/elsewhere/models.py",
+    line=9,
+    reason="Detected data-dependent branching",
+)
+
+
+@pytest.mark.parametrize(
+    ("share", "text"),
+    [
+        (0.0, "0%"),
+        (1.0, "100%"),
+        (0.62, "62%"),
+        (0.375, "37.5%"),
+        (0.0004, "<0.1%"),  # some host work: never "0%"
+        (0.9996, ">99.9%"),  # some host work: never "100%"
+        (0.00051, "0.1%"),
+    ],
+)
+def test_percent(share: float, text: str) -> None:
+    assert percent(share) == text
+
+
+def test_a_host_fallback_entry() -> None:
+    lines = render_event(CONV, index=2, run_macs=1_427_000)
+    assert lines == [
+        "2. host fallback (ran on the host, not the DUT): conv2d  (x3 calls, 884,736 host MACs, "
+        "62% of the test's MACs)",
+        "   at /elsewhere/models.py:14  >  y = self.conv(x.double())",
+        "   shapes: x[2, 3, 32, 32] w[16, 3, 3, 3]",
+        f"   why: {WHY}",
+        "   also at /elsewhere/models.py:20 (x2)",
+    ]
+
+
+def test_one_call_without_the_tests_macs_and_without_other_sites() -> None:
+    event = BreakEvent(
+        kind="host_fallback", gb_type="Host fallback: bmm", reason="why", calls=1, macs=16
+    )
+    assert render_event(event) == [
+        "host fallback (ran on the host, not the DUT): bmm  (1 call, 16 host MACs)",
+        "at <unknown location>",
+        "why: why",
+    ]
+
+
+def test_also_at_names_three_sites_then_counts_the_rest() -> None:
+    others = tuple(OtherSite(f"/x/m{i}.py", i, 1 + i % 2) for i in range(1, 7))
+    event = BreakEvent(
+        kind="host_fallback", gb_type="Host fallback: addmm", reason="r", calls=9, also_at=others
+    )
+    assert render_event(event)[-1] == (
+        "also at /x/m1.py:1 (x2), /x/m2.py:2, /x/m3.py:3 (x2) (+3 more)"
+    )
+
+
+def test_the_brief_form_is_what_where_and_why() -> None:
+    """An unmarked test's warning: three lines, and for a host fallback the reason, not the
+    shapes."""
+    lines = render_event(CONV, brief=True)
+    assert lines[0].startswith("host fallback (ran on the host, not the DUT): conv2d  (x3 calls")
+    assert lines[1].startswith("at /elsewhere/models.py:14")
+    assert lines[2] == f"why: {WHY}"
+    assert len(lines) == 3
+
+
+def test_the_message_shares_host_macs_of_all_the_tests_macs() -> None:
+    figures = Figures(graphs=1, dut_ops=1, host_fallbacks=3, macs=542264, host_macs=884736)
+    message = render_failure(
+        title="T", figures=figures, problems=[CONV], counts=[1], run_macs=884736 + 542264
+    )
+    lines = message.splitlines()
+    assert lines[0] == (
+        "T: 1 problem (graphs=1, graph_breaks=0, eager_frames=0, recompiles=0, dut_ops=1, "
+        "host_fallbacks=3, macs=542264, host_macs=884736, cycles=0)"
+    )
+    assert "62% of the test's MACs" in lines[2]
+    assert lines[-1] == (
+        "To accept host fallbacks: @pytest.mark.no_graph_break(allow_host_fallback=True)."
+    )
+
+
+def test_host_fallbacks_after_another_break_say_how_to_accept_them_too() -> None:
+    assert allow_hint([BRANCH, CONV]).splitlines() == [
+        'To allow a known break: @pytest.mark.no_graph_break(allow=[r"GB0170"]) (regexes '
+        "searched in the id, type, reason and file:line).",
+        "To accept host fallbacks: @pytest.mark.no_graph_break(allow_host_fallback=True).",
+    ]
+    assert len(allow_hint([BRANCH]).splitlines()) == 1
+
+
+def asic_record(nodeid: str, **figures: int) -> TestRecord:
+    return TestRecord(nodeid, "passed", True, Figures(graphs=1, **figures))
+
+
+def test_the_table_shows_the_dut_share_and_stays_aligned() -> None:
+    records = [
+        asic_record(
+            "t.py::all_dut", dut_ops=2, host_fallbacks=0, macs=64, host_macs=0, cycles=12_345_678
+        ),
+        asic_record("t.py::mixed", dut_ops=1, host_fallbacks=1, macs=30, host_macs=50, cycles=9),
+        # Recorded before host_macs existed: the share is unknown, not 100%.
+        asic_record("t.py::old", dut_ops=1, host_fallbacks=0, macs=64, cycles=9),
+        asic_record("t.py::no_macs", dut_ops=0, host_fallbacks=0, macs=0, host_macs=0, cycles=0),
+        asic_record("t.py::eager"),
+    ]
+    lines = [text for text, _ in figures_table(records)]
+    assert lines == [
+        "test           graphs  breaks   eager  recomp  dut_ops    host    dut%    cycles  outcome",
+        "t.py::all_dut       1       0       0       0        2       0    100%  12345678  passed",
+        "t.py::mixed         1       0       0       0        1       1   37.5%         9  passed",
+        "t.py::old           1       0       0       0        1       0       -         9  passed",
+        "t.py::no_macs       1       0       0       0        0       0       -         0  passed",
+        "t.py::eager         1       0       0       0        -       -       -         -  passed",
+    ]
+
+
+def test_the_table_names_a_host_fallback_by_its_op_and_cost() -> None:
+    record = TestRecord("t.py::x", "passed", True, Figures(graphs=1), (CONV,))
+    assert figures_table([record])[-1][0] == (
+        "    host fallback (ran on the host, not the DUT) at /elsewhere/models.py:14: conv2d "
+        "(x3 calls, 884,736 host MACs)"
+    )
