@@ -2,7 +2,7 @@
 
 >>> import torch, asic_backend
 >>> model = torch.nn.Linear(64, 32)
->>> compiled = torch.compile(model, backend="asic")          # every linear on the simulated DUT
+>>> compiled = torch.compile(model, backend="asic")   # every MAC on the DUT, or counted on the host
 >>> custom = asic_backend.make_backend(config=asic_backend.AsicConfig.preset("gemmini"))
 """
 

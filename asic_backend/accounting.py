@@ -28,6 +28,8 @@ from asic_backend.rewrite import (
     LoweringOptions,
     LoweringSummary,
     Rewrite,
+    graph_modules,
+    merged,
 )
 
 __all__ = [
@@ -49,9 +51,9 @@ BACKWARD_REASON = "the backward pass runs on the host: the DUT is inference-only
 
 def _unlowered_reason(name: str) -> str:
     return (
-        f"aten.{name} reached the host compiler with no DUT lowering (an in-place or out= "
-        "variant, or an op inside a call the backend cannot see into): use the out-of-place "
-        "op, or report the model"
+        f"no DUT lowering reached aten.{name} (in-place and out= variants and ops inside calls "
+        "the backend cannot see into have none): write it out of place if it is one, else "
+        "report the model"
     )
 
 
@@ -61,8 +63,16 @@ def account_host_macs(
     """Count every matmul-class op of the aten graph ``gm`` as a host fallback, in place.
 
     An op's reason is the one the lowering gave its source node, else ``default_reason`` (why
-    the whole graph is on the host), else a generic one naming the op.
+    the whole graph is on the host), else a generic one naming the op. The subgraphs of
+    higher-order ops (``torch.cond`` branches, nested compile regions) are walked too, and
+    what runs there is counted when it runs.
     """
+    return merged([_account(module, options, default_reason) for module in graph_modules(gm)])
+
+
+def _account(
+    gm: fx.GraphModule, options: LoweringOptions, default_reason: str | None
+) -> LoweringSummary:
     rw = Rewrite(gm, options)
     for node in list(gm.graph.nodes):
         if node.op != "call_function":

@@ -37,6 +37,7 @@ from asic_backend.lowering import (
     lower,
     lower_aten,
 )
+from asic_backend.macs import mac_op
 from asic_backend.notices import AsicHostWarning, say_once
 from asic_backend.rewrite import name_ops
 
@@ -133,9 +134,22 @@ class AsicBackend:
 
         if self.host == "inductor":
             from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+            from torch._inductor.decomposition import select_decomp_table
 
+            # Inductor decomposes small mm/addmm/bmm and every mv/dot into multiplies and sums
+            # while AOTAutograd traces, before the accounting pass could see them: keep them.
+            keep = {op: fn for op, fn in select_decomp_table().items() if mac_op(op) is None}
             inner = _after(options, compile_fx_inner, forward_reason)
-            compiled: Any = compile_fx(gm, list(example_inputs), inner_compile=inner)
+            # Inductor's caches key on the graph before the aten passes, which they would skip
+            # on a hit (and serve whatever an older backend made of it): off, for this compile.
+            with torch._functorch.config.patch(enable_autograd_cache=False):
+                compiled: Any = compile_fx(
+                    gm,
+                    list(example_inputs),
+                    inner_compile=inner,
+                    decompositions=keep,
+                    config_patches={"fx_graph_cache": False, "fx_graph_remote_cache": False},
+                )
             return cast(CompiledFn, compiled)
         from torch._dynamo.backends.common import aot_autograd
         from torch._functorch.partitioners import min_cut_rematerialization_partition

@@ -1,11 +1,12 @@
 """GEMMs that only the aten graph shows: those inside calls Dynamo keeps opaque.
 
 Dynamo records ``F.multi_head_attention_forward`` as one call, although it runs linears, batched
-matmuls or an attention kernel, and ``torch.einsum`` as one call whose contraction AOTAutograd
-turns into (batched) matmuls. :func:`tag_region` marks such a call on the Dynamo graph;
-AOTAutograd copies the mark (``node.meta["custom"]``) onto every aten node it traces out of it,
-and :func:`lower_aten` then lowers those ``mm``/``addmm``/``bmm``/``baddbmm`` and attention
-kernels on the aten graph, before the host compiler sees it. PyTorch's fused C++ inference fast
+matmuls or an attention kernel, and ``torch.einsum`` (``tensordot``, ``inner``, ``multi_dot``,
+``chain_matmul``) as one call whose contraction AOTAutograd turns into (batched) matmuls.
+:func:`tag_region` marks such a call on the Dynamo graph; AOTAutograd copies the mark
+(``node.meta["custom"]``) onto every aten node it traces out of it, and :func:`lower_aten` then
+lowers those ``mm``/``addmm``/``bmm``/``baddbmm`` and attention kernels on the aten graph, before
+the host compiler sees it. PyTorch's fused C++ inference fast
 paths (``_native_multi_head_attention``, ``_transformer_encoder_layer_fwd``) trace to one opaque
 kernel: :func:`fused_fastpath_on_host` leaves them on the host, with the switch that turns them
 off.
@@ -26,7 +27,7 @@ from torch import fx
 from asic_backend.fx_nodes import int_dims, is_graph_input, is_scaled, ndim_of, op_name
 from asic_backend.lower_attention import ATEN_SDPA, lower_aten_sdpa
 from asic_backend.lower_float import dtype_unsupported
-from asic_backend.rewrite import LoweringOptions, LoweringSummary, Rewrite
+from asic_backend.rewrite import LoweringOptions, LoweringSummary, Rewrite, graph_modules, merged
 
 __all__ = [
     "FUSED_FASTPATHS",
@@ -47,7 +48,17 @@ REGION_KEY = "asic_region"
 #: Torch functions Dynamo keeps as one opaque call although their bodies hold GEMMs.
 #: AOTAutograd traces those bodies, so their GEMMs are lowered on the aten graph.
 REGIONS: frozenset[Any] = frozenset(
-    {torch.nn.functional.multi_head_attention_forward, torch.functional.einsum, torch.einsum}
+    {
+        torch.nn.functional.multi_head_attention_forward,
+        torch.functional.einsum,
+        torch.einsum,
+        torch.functional.tensordot,
+        torch.tensordot,
+        torch.inner,
+        torch.linalg.multi_dot,
+        torch.functional.chain_matmul,
+        torch.chain_matmul,
+    }
 )
 #: Fused C++ inference fast paths, and how many linears each runs where the DUT cannot see them.
 FUSED_FASTPATHS: dict[Any, int] = {
@@ -83,7 +94,12 @@ _ATEN_TRANSPOSE: frozenset[Any] = frozenset({_aten.t.default, _aten.permute.defa
 
 def lower_aten(gm: fx.GraphModule, options: LoweringOptions) -> LoweringSummary:
     """Lower the GEMMs and attention kernels that AOTAutograd traced out of the regions
-    :func:`tag_region` tagged (e.g. ``F.multi_head_attention_forward``), in place."""
+    :func:`tag_region` tagged (e.g. ``F.multi_head_attention_forward``), in place, in ``gm``
+    and its subgraphs."""
+    return merged([_lower_aten_graph(module, options) for module in graph_modules(gm)])
+
+
+def _lower_aten_graph(gm: fx.GraphModule, options: LoweringOptions) -> LoweringSummary:
     rw = Rewrite(gm, options)
     for node in list(gm.graph.nodes):
         if node in rw.erased or node.op != "call_function":

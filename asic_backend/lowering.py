@@ -53,7 +53,15 @@ from asic_backend.lower_conv import CONV_TARGETS, lower_conv
 from asic_backend.lower_float import lower_float_linear, lower_matmul
 from asic_backend.lower_pt2e import is_pt2e_pair, lower_pt2e
 from asic_backend.lower_torchao import lower_torchao
-from asic_backend.rewrite import POLICIES, LoweringOptions, LoweringSummary, Policy, Rewrite
+from asic_backend.rewrite import (
+    POLICIES,
+    LoweringOptions,
+    LoweringSummary,
+    Policy,
+    Rewrite,
+    graph_modules,
+    merged,
+)
 from asic_backend.unconverted import NotConvertedError, reject_unconverted
 
 __all__ = [
@@ -77,6 +85,10 @@ def lower(gm: fx.GraphModule, options: LoweringOptions) -> LoweringSummary:
     Raises :class:`NotConvertedError` for a prepared, unconverted model.
     """
     reject_unconverted(gm)
+    return merged([_lower_graph(module, options) for module in graph_modules(gm)])
+
+
+def _lower_graph(gm: fx.GraphModule, options: LoweringOptions) -> LoweringSummary:
     rw = Rewrite(gm, options)
     for node in list(gm.graph.nodes):
         if node in rw.erased:  # fused into an earlier node
@@ -119,8 +131,13 @@ def _lower_linear(rw: Rewrite, node: fx.Node) -> None:
 _LINEAR: frozenset[Any] = frozenset({torch._C._nn.linear, _aten.linear.default})
 _BY_TARGET: dict[Any, str] = {
     torch.matmul: "matmul",
+    torch.linalg.matmul: "matmul",
     operator.matmul: "matmul",
     _aten.matmul.default: "matmul",
+    torch.mv: "matmul",
+    _aten.mv.default: "matmul",
+    torch.dot: "matmul",
+    _aten.dot.default: "matmul",
     torch.mm: "mm",
     _aten.mm.default: "mm",
     torch.bmm: "bmm",
@@ -137,6 +154,8 @@ _BY_TARGET: dict[Any, str] = {
 _BY_METHOD = {
     "matmul": "matmul",
     "__matmul__": "matmul",
+    "mv": "matmul",
+    "dot": "matmul",
     "mm": "mm",
     "bmm": "bmm",
     "addmm": "addmm",

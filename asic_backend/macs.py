@@ -39,7 +39,9 @@ __all__ = [
     "shape_text",
 ]
 
-Formula = Literal["mm", "linear", "conv", "sdpa", "encoder_layer", "native_mha"]
+Formula = Literal[
+    "mm", "linear", "conv", "conv_backward", "sdpa", "sdpa_backward", "encoder_layer", "native_mha"
+]
 FORMULAS: tuple[str, ...] = get_args(Formula)
 Shape = Sequence[int]
 
@@ -75,6 +77,37 @@ def _conv(x: Shape, w: Shape, params: Sequence[int]) -> int:
     return int(batch) * _prod(out) * _prod(w)  # w [C_out, C_in/groups, *k]
 
 
+def _conv_backward(grad_out: Shape, x: Shape, w: Shape, params: Sequence[int]) -> int:
+    # FlopCounterMode's own formula (one source of truth for the backward's convolutions):
+    # grad_input as a transposed conv of grad_out, grad_weight as a conv of the input.
+    from torch.utils.flop_counter import flop_registry
+
+    transposed, mask_input, mask_weight = params
+    flops = flop_registry[_aten.convolution_backward](
+        grad_out,
+        x,
+        w,
+        None,
+        None,
+        None,
+        None,
+        bool(transposed),
+        None,
+        None,
+        [bool(mask_input), bool(mask_weight), False],
+        out_val=(x, w, None),
+    )
+    return int(flops) // 2
+
+
+def _sdpa_backward(grad_out: Shape, q: Shape, k: Shape, v: Shape) -> int:
+    from torch.utils import flop_counter
+
+    # FlopCounterMode's formula: QKᵀ recomputed, then the gradients of both products.
+    count: Callable[..., int] = flop_counter.sdpa_backward_flop_count
+    return int(count(grad_out, q, k, v)) // 2
+
+
 def _sdpa(q: Shape, k: Shape, v: Shape) -> int:
     # QKᵀ and PV over every query head (grouped key/value heads are shared, not fewer MACs).
     return _prod(q[:-2]) * int(q[-2]) * int(k[-2]) * (int(q[-1]) + int(v[-1]))
@@ -108,8 +141,12 @@ def macs(formula: Formula, shapes: Sequence[Shape], params: Sequence[int] = ()) 
         return _prod(shapes[0]) * int(shapes[1][0])
     if formula == "conv":
         return _conv(shapes[0], shapes[1], params)
+    if formula == "conv_backward":
+        return _conv_backward(shapes[0], shapes[1], shapes[2], params)
     if formula == "sdpa":
         return _sdpa(shapes[0], shapes[1], shapes[2])
+    if formula == "sdpa_backward":
+        return _sdpa_backward(shapes[0], shapes[1], shapes[2], shapes[3])
     if formula == "encoder_layer":
         return _encoder_layer(shapes[0], shapes[1], shapes[2])
     if formula == "native_mha":
@@ -143,7 +180,11 @@ class MacOp:
     operands: tuple[int, ...]
 
     def params(self, args: Sequence[Any]) -> list[int]:
-        """The formula's static parameters, from the op's arguments (conv: aten.convolution's)."""
+        """The formula's static parameters, from the op's arguments (aten.convolution's, or
+        aten.convolution_backward's ``transposed`` and ``output_mask``)."""
+        if self.formula == "conv_backward":
+            transposed, output_mask = args[7], args[10]
+            return [int(bool(transposed)), int(bool(output_mask[0])), int(bool(output_mask[1]))]
         if self.formula != "conv":
             return []
         stride, padding, dilation, transposed = args[3], args[4], args[5], args[6]
@@ -173,6 +214,7 @@ _MM = MacOp("mm", (0, 1))
 _ADD_MM = MacOp("mm", (1, 2))  # addmm, baddbmm, addbmm, addmv: (input, mat1, mat2, ...)
 _CONV = MacOp("conv", (0, 1))
 _SDPA = MacOp("sdpa", (0, 1, 2))
+_SDPA_BACKWARD = MacOp("sdpa_backward", (0, 1, 2, 3))  # (grad_out, query, key, value, ...)
 
 #: Every aten op that does multiply-accumulate work, by overload packet. Composite ops (matmul,
 #: linear, einsum, conv2d, ...) are listed too, for graphs that keep them; AOTAutograd
@@ -203,6 +245,11 @@ MAC_OPS: Mapping[Any, MacOp] = {
     _aten._scaled_dot_product_flash_attention_for_cpu: _SDPA,
     _aten._scaled_dot_product_efficient_attention: _SDPA,
     _aten._scaled_dot_product_cudnn_attention: _SDPA,
+    _aten.convolution_backward: MacOp("conv_backward", (0, 1, 2)),
+    _aten._scaled_dot_product_flash_attention_for_cpu_backward: _SDPA_BACKWARD,
+    _aten._scaled_dot_product_flash_attention_backward: _SDPA_BACKWARD,
+    _aten._scaled_dot_product_efficient_attention_backward: _SDPA_BACKWARD,
+    _aten._scaled_dot_product_cudnn_attention_backward: _SDPA_BACKWARD,
     _aten._transformer_encoder_layer_fwd: MacOp("encoder_layer", (0, 3, 14)),
     _aten._native_multi_head_attention: MacOp("native_mha", (0, 1)),
 }

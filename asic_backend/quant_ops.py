@@ -331,10 +331,10 @@ def dut_matmul(a: Tensor, b: Tensor, device: str, alpha: float = 1.0) -> Tensor:
     one DUT GEMM per batch element. ``alpha`` is folded into the rescale (no extra pass)."""
     batch = _broadcast_shapes(a.shape[:-2], b.shape[:-2])
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    a3 = a.expand(*batch, m, k).reshape(-1, m, k)
-    bt3 = b.expand(*batch, k, n).reshape(-1, k, n).transpose(1, 2)
-    if a3.numel() == 0 or bt3.numel() == 0:
+    if batch.numel() * m * k * n == 0:  # nothing to multiply (an empty sum is 0)
         return a.new_zeros((*batch, m, n), dtype=torch.float32)
+    a3 = a.expand(*batch, m, k).reshape(batch.numel(), m, k)
+    bt3 = b.expand(*batch, k, n).reshape(batch.numel(), k, n).transpose(1, 2)
     aq, a_scale = quantize_sym_rows(a3.reshape(-1, k))
     bq, b_scale = quantize_sym_rows(bt3.reshape(-1, k))
     acc = run_bmm_i32(aq.reshape(-1, m, k), bq.reshape(-1, n, k), device=get_device(device))

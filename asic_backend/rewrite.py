@@ -23,7 +23,7 @@ from torch import fx
 from torch._guards import detect_fake_mode
 
 from asic_backend.device import HostFallback
-from asic_backend.fx_nodes import op_name, user_frame, where
+from asic_backend.fx_nodes import dtype_of, op_name, user_frame, where
 
 __all__ = [
     "HOST_OP_KEY",
@@ -34,6 +34,8 @@ __all__ = [
     "Policy",
     "Rewrite",
     "fake_run",
+    "graph_modules",
+    "merged",
     "name_ops",
 ]
 
@@ -43,6 +45,8 @@ POLICIES: tuple[str, ...] = ("dynamic", "none")
 #: ``node.meta["custom"]`` keys of a node left on the host: why, and the op as the user wrote it.
 HOST_REASON_KEY = "asic_host_reason"
 HOST_OP_KEY = "asic_host_op"
+
+_aten = torch.ops.aten
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,12 +101,30 @@ class Rewrite:
         self.erased.add(node)
 
     def replace(self, old: fx.Node, new: fx.Node, what: str) -> None:
-        """Put ``new`` in place of ``old`` (keeping ``old``'s metadata) and count it on the DUT."""
+        """Put ``new`` in place of ``old`` (keeping ``old``'s metadata) and count it on the DUT.
+
+        A DUT op computes in its activation's dtype; where ``old`` was traced in another (under
+        ``torch.autocast``), the result is cast to the traced dtype.
+        """
+        new = self._as_traced_dtype(old, new)
         for key, value in old.meta.items():
             new.meta.setdefault(key, value)
         old.replace_all_uses_with(new)
         self.erase(old)
         self.summary.dut.append(f"{what} at {where(old)}")
+
+    def _as_traced_dtype(self, old: fx.Node, new: fx.Node) -> fx.Node:
+        want, got = dtype_of(old), dtype_of(new.args[0] if new.args else None)
+        if want is None or got is None or want == got:
+            return new
+        if not (want.is_floating_point and got.is_floating_point):
+            return new
+        with self.graph.inserting_after(new):
+            if "val" in old.meta:  # an aten graph
+                cast = self.graph.call_function(_aten._to_copy.default, (new,), {"dtype": want})
+                cast.meta["val"] = fake_run(cast)
+                return cast
+            return self.graph.call_method("to", (new, want))
 
     def host(self, node: fx.Node, reason: str, op: str | None = None) -> None:
         """Leave ``node`` on the host for ``reason`` (one line a user can act on), named ``op``
@@ -121,15 +143,32 @@ class Rewrite:
         )
 
 
+def graph_modules(gm: fx.GraphModule) -> list[fx.GraphModule]:
+    """``gm`` and the subgraphs of its higher-order ops (``torch.cond`` branches, nested compile
+    regions, ...), which run GEMMs of their own: every pass walks them all."""
+    return [m for _, m in gm.named_modules() if isinstance(m, fx.GraphModule)]
+
+
+def merged(summaries: list[LoweringSummary]) -> LoweringSummary:
+    """One summary of the passes over several graphs."""
+    out = LoweringSummary()
+    for summary in summaries:
+        out.dut += summary.dut
+        out.host += summary.host
+        out.regions += summary.regions
+    return out
+
+
 def name_ops(gm: fx.GraphModule) -> None:
     """Mark every call of the Dynamo graph ``gm`` with the op as the user wrote it (``linear``,
     ``conv2d``), so host fallbacks of a graph left whole on the host are named that way rather
     than by the aten op AOTAutograd made of it (``addmm``, ``convolution``)."""
-    for node in gm.graph.nodes:
-        if node.op in ("call_function", "call_method"):
-            custom = node.meta.get("custom") or {}
-            if HOST_OP_KEY not in custom:
-                node.meta["custom"] = {**custom, HOST_OP_KEY: op_name(node)}
+    for module in graph_modules(gm):
+        for node in module.graph.nodes:
+            if node.op in ("call_function", "call_method"):
+                custom = node.meta.get("custom") or {}
+                if HOST_OP_KEY not in custom:
+                    node.meta["custom"] = {**custom, HOST_OP_KEY: op_name(node)}
 
 
 def fake_run(node: fx.Node) -> Any:

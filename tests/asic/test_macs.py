@@ -202,8 +202,44 @@ def test_every_registry_covered_op_is_checked() -> None:
         aten._scaled_dot_product_flash_attention,
         aten._scaled_dot_product_efficient_attention,
         aten._scaled_dot_product_cudnn_attention,
+        aten.convolution_backward,
+        aten._scaled_dot_product_flash_attention_backward,
+        aten._scaled_dot_product_efficient_attention_backward,
+        aten._scaled_dot_product_cudnn_attention_backward,
     }
     assert set(flop_counter_extras()) == set(MAC_OPS) - covered
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["conv", "conv_transpose"])
+@pytest.mark.parametrize("mask", [(True, True), (True, False), (False, True)])
+def test_convolution_backward_equals_flop_counter(
+    transposed: bool, mask: tuple[bool, bool]
+) -> None:
+    # The backward of a real (grouped, strided) conv, recorded as FlopCounterMode sees it.
+    x = torch.randn(2, 4, 7, 7, requires_grad=mask[0])
+    w = torch.randn(4, 3, 3, 3) if transposed else torch.randn(6, 2, 3, 3)
+    w.requires_grad_(mask[1])
+    conv = torch.nn.functional.conv_transpose2d if transposed else torch.nn.functional.conv2d
+    out = conv(x, w, None, 2, 1, groups=2)
+    with FlopCounterMode(display=False) as counter:
+        out.sum().backward()
+    ours = mac_op(aten.convolution_backward)
+    assert ours is not None
+    grad_out = out.shape
+    args = [grad_out, x.shape, w.shape, None, [2, 2], [1, 1], [1, 1], transposed, [0, 0], 2]
+    count = ours.count([*args, [mask[0], mask[1], False]])
+    assert 2 * count == counter.get_total_flops() > 0
+
+
+def test_sdpa_backward_kernels_equal_flop_registry() -> None:
+    g, q, k, v = (2, 4, 6, 16), (2, 4, 6, 8), (2, 4, 9, 8), (2, 4, 9, 16)
+    cpu = mac_op(aten._scaled_dot_product_flash_attention_for_cpu_backward)
+    assert cpu is not None
+    for packet in (
+        aten._scaled_dot_product_flash_attention_backward,
+        aten._scaled_dot_product_efficient_attention_backward,
+    ):
+        assert 2 * cpu.count([g, q, k, v]) == flop_registry[packet](g, q, k, v, out_val=None)
 
 
 @pytest.mark.parametrize(

@@ -233,7 +233,7 @@ EXPECTED_DIRECTIONS = {
     "recompiles": "lower",
     "dut_ops": "higher",
     "host_fallbacks": "lower",
-    "macs": "lower",
+    "macs": "higher",
     "host_macs": "lower",
     "cycles": "lower",
 }
@@ -355,6 +355,36 @@ def test_host_macs_against_an_entry_from_before_them_is_no_change() -> None:
     assert result.regressions == (Change(A, "host_macs", 512, 1024),)
     assert result.failed
     assert result.render_lines()[0] == (f"REGRESSION {A}  host_macs 512 -> 1024", "red")
+
+
+def test_work_moving_onto_the_dut_is_an_improvement_cycles_included() -> None:
+    host = dataclasses.replace(
+        ASIC, dut_ops=1, macs=1024, host_fallbacks=1, host_macs=3072, cycles=300
+    )
+    dut = dataclasses.replace(ASIC, host_macs=0)  # 4096 MACs on the DUT, 1200 cycles
+    result = run(base({A: host}), {A: dut})
+    assert not result.regressions
+    assert {c.figure for c in result.improvements} == {
+        "dut_ops",
+        "host_fallbacks",
+        "macs",
+        "host_macs",
+        "cycles",
+    }
+    # The other way, every figure regresses but cycles (less work on the DUT is fewer cycles).
+    result = run(base({A: dut}), {A: host})
+    assert {c.figure for c in result.regressions} == {
+        "dut_ops",
+        "host_fallbacks",
+        "macs",
+        "host_macs",
+    }
+    assert [c.figure for c in result.improvements] == ["cycles"]
+
+
+def test_more_cycles_for_the_same_dut_work_is_a_regression() -> None:
+    slower = dataclasses.replace(ASIC, cycles=1500)
+    assert run(base({A: ASIC}), {A: slower}).regressions == (Change(A, "cycles", 1200, 1500),)
 
 
 def test_asic_figures_of_zero_ops_on_one_side_are_no_change() -> None:
