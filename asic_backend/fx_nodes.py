@@ -5,13 +5,18 @@ Nothing here edits a graph (see :mod:`asic_backend.rewrite`).
 
 >>> dtype_of(node), ndim_of(node)          # from the fake value Dynamo recorded
 (torch.float32, 2)
->>> user_frame(node)                       # the innermost user frame of the call
-('model.py', 12, 'y = self.fc(x)')
+>>> user_frame(node)                       # the user's line of the call
+('/src/model.py', 12, 'y = self.fc(x)')
 """
 
 from __future__ import annotations
 
+import functools
+import linecache
+import os
 import re
+import sys
+import sysconfig
 from collections.abc import Iterable
 from typing import Any
 
@@ -125,12 +130,69 @@ _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in [^\n]*\n(?P
 
 
 def user_frame(node: fx.Node) -> tuple[str | None, int | None, str | None]:
-    """The innermost user frame of ``node`` (Dynamo keeps user frames only), if recorded."""
+    """The user's line of the call: ``(file, line, source)``, or Nones if unknown.
+
+    The innermost frame of the user's code in the node's stack trace (Dynamo records the
+    frames it traced through). A graph traced from library code alone (``torch.compile`` of an
+    ``nn.Linear``, a model from an installed package) has none: its user line is the one that
+    called the compiled region, known only while Dynamo compiles it. A graph compiled once and
+    then called from another line is still attributed to the line of its first call.
+    """
     frames = list(_FRAME.finditer(node.meta.get("stack_trace") or ""))
-    if not frames:
-        return None, None, None
-    last = frames[-1]
-    return last["file"], int(last["line"]), last["src"].strip() or None
+    for frame in reversed(frames):
+        if _is_user_file(frame["file"]):
+            return frame["file"], int(frame["line"]), frame["src"].strip() or None
+    return _compiling_caller()
+
+
+def _compiling_caller() -> tuple[str | None, int | None, str | None]:
+    """The user's frame that entered the compiled region being compiled now, if any.
+
+    Dynamo compiles inside the call that entered the region (``torch/_dynamo/eval_frame.py``);
+    the first frame of the user's code outside the outermost of those frames made that call.
+    """
+    stack = []
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        stack.append(frame)
+        frame = frame.f_back
+    entry = _eval_frame_file()
+    entries = [i for i, f in enumerate(stack) if f.f_code.co_filename == entry]
+    for caller in stack[entries[-1] + 1 :] if entries else ():
+        file = caller.f_code.co_filename
+        if _is_user_file(file):
+            return file, caller.f_lineno, linecache.getline(file, caller.f_lineno).strip() or None
+    return None, None, None
+
+
+@functools.cache
+def _eval_frame_file() -> str:
+    import torch._dynamo.eval_frame
+
+    return torch._dynamo.eval_frame.__file__
+
+
+def _is_user_file(path: str) -> bool:
+    """Whether ``path`` is the user's code: not generated, torch, the standard library, an
+    installed package or this backend."""
+    if path.startswith("<") or any(m in path.split(os.sep) for m in _PACKAGE_DIRS):
+        return False
+    return not any(path.startswith(prefix) for prefix in _library_prefixes())
+
+
+_PACKAGE_DIRS = ("site-packages", "dist-packages")
+
+
+@functools.cache
+def _library_prefixes() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    dirs = (
+        paths["stdlib"],
+        paths["platstdlib"],
+        os.path.dirname(torch.__file__),
+        os.path.dirname(__file__),  # asic_backend
+    )
+    return tuple(os.path.join(d, "") for d in dirs)
 
 
 def module_path(path: object) -> str:
@@ -139,7 +201,8 @@ def module_path(path: object) -> str:
 
 
 def where(node: fx.Node) -> str:
-    """``file:line (module)`` of the call, or what is known of it, for messages."""
+    """``file:line (module)`` of the call, or what is known of it, for messages; the file
+    relative to the working directory when below it."""
     file, line, _ = user_frame(node)
     stack = node.meta.get("nn_module_stack") or {}
     module = ""
@@ -147,5 +210,13 @@ def where(node: fx.Node) -> str:
         path, _cls = list(stack.values())[-1]
         module = module_path(path) or "<root>"
     if file is not None:
-        return f"{file}:{line}" + (f" ({module})" if module else "")
+        return f"{_shown(file)}:{line}" + (f" ({module})" if module else "")
     return module or node.name
+
+
+def _shown(path: str) -> str:
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return path
+    return path if relative.startswith(os.pardir) else relative

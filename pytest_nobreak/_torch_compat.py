@@ -7,7 +7,13 @@ the plugin silently reporting zero breaks:
 
 - ``InstructionTranslatorBase.log_graph_break``: called with the ``Unsupported`` of every handled
   graph break and frame skip (the only place that sees data-dependent jumps, which
-  ``counters["graph_break"]`` misses).
+  ``counters["graph_break"]`` misses). Its message chains the breaks Dynamo hit while handling
+  an earlier one, root cause first; its ``real_stack`` starts at the compiled frame, and the
+  Python stack above Dynamo's compiler holds the user's calls that led there.
+- ``torch._dynamo.convert_frame.CatchErrorsWrapper.__call__``: Dynamo's entry point for every
+  frame it has no compiled code for. An exception leaving it reaches the caller (a compile
+  error, not an eager run); a call with cached entries is a recompile, whose compiled callable
+  (a module's ``forward`` behind ``wrap_inline``) is in the frame's locals.
 - ``torch._dynamo.utils.counters`` and the compilation metrics: graphs, eager frames, failed
   compiles (backend fallbacks, recompile limit) and recompile reasons.
 - ``torch._dynamo.eval_frame._callback_from_stance``: called each time a compiled region is
@@ -23,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import linecache
 import logging
 import os
 import re
@@ -35,9 +40,12 @@ from typing import Any, Protocol
 
 import torch
 import torch._dynamo
+import torch._dynamo.convert_frame as _convert_frame
 import torch._dynamo.eval_frame as _eval_frame
 import torch._dynamo.utils as _dynamo_utils
 from torch._dynamo import config as _dynamo_config
+
+from pytest_nobreak.sites import Frame
 
 MIN_TORCH = (2, 9)
 #: Compile attempts kept per test (torch keeps 64; a test with many recompiles needs more).
@@ -47,6 +55,13 @@ _GB_LINK_RE = re.compile(r"/gb/gb(\d+)\.html")
 _FIELD_RE = re.compile(r"^\s{0,4}(Explanation|Hint|Developer debug context):\s?(.*)$")
 _LIMIT_LOCATION_RE = re.compile(r"^'(?P<name>.*)' \((?P<file>.*):(?P<line>\d+)\)$")
 _SILENT_STANCES = ("force_eager", "eager_on_recompile")
+#: Between two breaks of a chain in a Dynamo message (the first is the root cause).
+_CHAIN_SEPARATOR = "*** While handling this graph break, another graph break occurred: ***"
+#: A higher-order op (``torch.cond``, ...) whose subgraph broke: the inner break follows.
+_HOP_SEPARATOR = "Got graph break/error:"
+_HOP_NAME_RE = re.compile(r"^\s*Higher Order Operator: (\S+)", re.MULTILINE)
+#: Dynamo calls the rest of a frame after a break through a function named after it.
+_RESUME_RE = re.compile(r"^torch_dynamo_resume_in_(?P<name>\w+)_at_\d+$")
 
 
 class TorchCompatError(RuntimeError):
@@ -208,6 +223,24 @@ def parse_graph_break_message(msg: str) -> ParsedMessage:
     )
 
 
+def parse_chain(msg: str, text: str = "") -> list[ParsedMessage]:
+    """The breaks of a message, root cause first; one for a break that is not chained.
+
+    ``text``: the exception's ``str()``, which alone names a higher-order op.
+    """
+    head, hop, inner = msg.partition(_HOP_SEPARATOR)
+    if hop:
+        name = _HOP_NAME_RE.search(text or msg)
+        wrapper = ParsedMessage(
+            gb_type=f"{name.group(1) if name else 'higher-order op'} not captured whole",
+            explanation=head.strip(),
+            hints=(),
+            gb_id=None,
+        )
+        return [*parse_chain(inner.strip("\n"), text), wrapper]
+    return [parse_graph_break_message(part.strip("\n")) for part in msg.split(_CHAIN_SEPARATOR)]
+
+
 def gb_link(gb_type: str | None) -> str | None:
     """The graph-break documentation page for a ``gb_type``, if torch's registry knows it."""
     if not gb_type:
@@ -227,26 +260,33 @@ def gb_id_of_link(link: str | None) -> str | None:
     return f"GB{m.group(1)}" if m else None
 
 
-def source_line(file: str | None, line: int | None) -> str | None:
-    if not file or not line:
-        return None
-    text = linecache.getline(file, line).strip()
-    return text or None
-
-
 # --------------------------------------------------------------------------- event taps
 
 
 @dataclasses.dataclass(frozen=True)
 class RawGraphBreak:
-    """What ``log_graph_break`` saw: the exception's fields and the innermost user frame."""
+    """What ``log_graph_break`` saw: the exception's fields and the stack, outermost first (the
+    user's callers, then Dynamo's ``real_stack``)."""
 
     reason: str
     gb_type: str
     msg: str
-    file: str | None
-    line: int | None
+    stack: tuple[Frame, ...]
     compile_id: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class RawCompileError:
+    """An exception Dynamo raised to the code that called a compiled region."""
+
+    exc_type: str
+    msg: str
+    text: str
+    stack: tuple[Frame, ...]
+    compile_id: str | None
+    #: Whether Dynamo counted the frame in ``frames.total`` but not ``frames.ok``, as it does
+    #: for a frame that runs eagerly.
+    counted_as_eager: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,8 +295,17 @@ class RawSilentEager:
 
     cause: str
     function: str | None
-    file: str | None
-    line: int | None
+    stack: tuple[Frame, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class RawRecompile:
+    """A compiled region entered with inputs its compiled code does not fit: Dynamo compiles
+    it again. ``definition`` is where what the user compiled is defined (a module's
+    ``forward``, not Dynamo's wrapper around it), ``stack`` its callers."""
+
+    definition: Frame | None
+    stack: tuple[Frame, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -274,7 +323,11 @@ class Sink(Protocol):
 
     def on_graph_break(self, event: RawGraphBreak) -> None: ...
 
+    def on_compile_error(self, event: RawCompileError) -> None: ...
+
     def on_silent_eager(self, event: RawSilentEager) -> None: ...
+
+    def on_recompile(self, event: RawRecompile) -> None: ...
 
     def on_limit_hit(self, event: RawLimitHit) -> None: ...
 
@@ -289,16 +342,55 @@ def _dispatch(method: str, event: object) -> None:
         getattr(sink, method)(event)
 
 
-def _user_frame(stack: Any) -> tuple[str | None, int | None]:
+def _frames(stack: Any) -> list[Frame]:
+    """A ``StackSummary`` (Dynamo's ``real_stack``) as frames; empty if there is none."""
     try:
-        frame = stack[-1]
-    except (IndexError, TypeError):
-        return None, None
-    return getattr(frame, "filename", None), getattr(frame, "lineno", None)
+        return [Frame(f.filename, f.lineno, f.name) for f in stack or () if f.filename]
+    except (AttributeError, TypeError):
+        return []
+
+
+def _stack_above_dynamo(depth: int) -> list[Frame]:
+    """The Python stack outside Dynamo's compiler, outermost first, from ``depth`` frames up.
+
+    Everything inside the outermost ``convert_frame`` frame (or this module's tap around it)
+    is Dynamo at work, and a backend it called; outside it are the calls that entered the
+    compiled region: the user's.
+    """
+    frames = []
+    frame: Any = sys._getframe(depth + 1)
+    while frame is not None:
+        frames.append(Frame(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+        frame = frame.f_back
+    frames.reverse()
+    compiler = (_convert_frame.__file__, __file__)
+    for index, entry in enumerate(frames):
+        if entry.file in compiler:
+            return frames[:index]
+    return frames
+
+
+def _user_stack(real_stack: Any, compiled: Frame | None, depth: int) -> tuple[Frame, ...]:
+    """The callers above Dynamo, then its ``real_stack`` (else the ``compiled`` frame, where
+    Dynamo was when it gave up), outermost first.
+
+    After a break, Dynamo runs the rest of the frame as a ``torch_dynamo_resume_in_f_at_N``
+    function called from ``f`` itself; that pair is one frame of the user's code, ``f`` at the
+    resume function's line.
+    """
+    inner = _frames(real_stack) or ([compiled] if compiled is not None else [])
+    out: list[Frame] = []
+    for frame in [*_stack_above_dynamo(depth + 1), *inner]:
+        resumed = _RESUME_RE.match(frame.function or "")
+        if resumed and out and out[-1].function == resumed["name"]:
+            out[-1] = Frame(frame.file, frame.line, resumed["name"])
+        else:
+            out.append(frame)
+    return tuple(out)
 
 
 def _install_taps() -> None:
-    """Patch the three Dynamo entry points once per process; they forward to registered sinks.
+    """Patch the Dynamo entry points once per process; they forward to registered sinks.
 
     Installed once (not per test) because patching and unpatching around every test would
     fight with other tools doing the same; with no sink registered the patches cost one list
@@ -315,18 +407,17 @@ def _install_taps() -> None:
         @functools.wraps(original_log)
         def log_graph_break(self: Any, code_options: Any, reason: str, exc: Any) -> None:
             if _sinks and not getattr(exc, "logged", False):
-                file, line = _user_frame(getattr(exc, "real_stack", None))
-                if file is None:
-                    file, line = self.f_code.co_filename, getattr(self, "lineno", None)
                 msg = getattr(exc, "msg", None) or str(exc)
+                code = self.f_code
+                here = Frame(code.co_filename, getattr(self, "lineno", None), code.co_name)
+                stack = _user_stack(getattr(exc, "real_stack", None), here, 1)
                 _dispatch(
                     "on_graph_break",
                     RawGraphBreak(
                         reason=reason,
                         gb_type=getattr(exc, "gb_type", None) or msg.splitlines()[0],
                         msg=msg,
-                        file=file,
-                        line=line,
+                        stack=stack,
                         compile_id=current_compile_id(),
                     ),
                 )
@@ -345,11 +436,114 @@ def _install_taps() -> None:
             return original_stance(callback)
 
         _eval_frame._callback_from_stance = callback_from_stance
+        _install_entry_tap()
 
         noise_filter = _DynamoWarningFilter()
         for name in _NOISY_LOGGERS:
             logging.getLogger(name).addFilter(noise_filter)
         _installed = True
+
+
+def _install_entry_tap() -> None:
+    """Tap Dynamo's per-frame entry point for recompiles and errors raised to the caller.
+
+    Optional: without it (another torch layout), compile errors are reported from the
+    compilation metrics as eager fallbacks, and recompiles at the compiled code's definition.
+    """
+    wrapper = getattr(_convert_frame, "CatchErrorsWrapper", None)
+    original = vars(wrapper).get("__call__") if isinstance(wrapper, type) else None
+    if wrapper is None or original is None:
+        return
+
+    @functools.wraps(original)
+    def call(self: Any, frame: Any, cache_entry: Any, frame_state: Any) -> Any:
+        if not _sinks:
+            return original(self, frame, cache_entry, frame_state)
+        if cache_entry is not None:
+            # Dynamo only calls in on a cache miss; with entries cached, that is a recompile.
+            _, definition = _compiled_callable(frame)
+            _dispatch("on_recompile", RawRecompile(definition, tuple(_stack_above_dynamo(1))))
+        before = _frame_counts()
+        try:
+            return original(self, frame, cache_entry, frame_state)
+        except Exception as exc:
+            _dispatch("on_compile_error", _compile_error_event(exc, frame, before))
+            raise
+
+    wrapper.__call__ = call
+
+
+def _frame_counts() -> tuple[int, int]:
+    frames = _dynamo_utils.counters["frames"]
+    return int(frames["total"]), int(frames["ok"])
+
+
+def _compile_error_event(exc: Exception, frame: Any, before: tuple[int, int]) -> RawCompileError:
+    total, ok = _frame_counts()
+    compile_id = getattr(exc, "compile_id", None)
+    cls = type(exc)
+    # Without a stack from Dynamo (a backend's own error), the error is about the compiled
+    # function as a whole: its definition.
+    _, definition = _compiled_callable(frame)
+    return RawCompileError(
+        exc_type=f"{cls.__module__}.{cls.__qualname__}",
+        msg=getattr(exc, "msg", None) or str(exc),
+        text=str(exc),
+        stack=_user_stack(getattr(exc, "real_stack", None), definition, 2),
+        compile_id=str(compile_id) if compile_id is not None else None,
+        counted_as_eager=total > before[0] and ok == before[1],
+    )
+
+
+def _compiled_callable(frame: Any) -> tuple[str | None, Frame | None]:
+    """The name and definition of what the user compiled, for the frame Dynamo compiles.
+
+    A compiled module (and any callable Dynamo cannot compile directly) runs inside torch's
+    ``wrap_inline`` wrapper, a frame of torch's with the callable in its locals as ``fn``.
+    """
+    code = frame.f_code
+    if code.co_filename.startswith(_torch_dir()):
+        described = _describe_callable(frame.f_locals.get("fn"))
+        if described is not None:
+            return described
+    name = getattr(code, "co_qualname", code.co_name)
+    return name, Frame(code.co_filename, code.co_firstlineno, name)
+
+
+def _describe_callable(fn: Any) -> tuple[str, Frame | None] | None:
+    """``("MLP.forward", <its definition>)`` for a module, the qualified name of a function."""
+    for _ in range(10):  # functools.wraps chains; bounded, a cycle must not hang a test
+        inner = getattr(fn, "__wrapped__", None)
+        if inner is None:
+            break
+        fn = inner
+    if getattr(fn, "__func__", None) in _MODULE_CALLS:
+        fn = fn.__self__  # a module's __call__: what runs is its forward
+    if fn is None:
+        return None
+    name: str | None
+    if isinstance(fn, torch.nn.Module):
+        name = f"{type(fn).__qualname__}.forward"
+        code = getattr(type(fn).forward, "__code__", None)
+    else:
+        function = getattr(fn, "__func__", fn)
+        code = getattr(function, "__code__", None)
+        name = getattr(function, "__qualname__", None) or getattr(code, "co_name", None)
+    if code is None or name is None:
+        return None
+    return name, Frame(code.co_filename, code.co_firstlineno, name)
+
+
+_MODULE_CALLS = tuple(
+    getattr(torch.nn.Module, name)
+    for name in ("__call__", "_wrapped_call_impl", "_call_impl")
+    if hasattr(torch.nn.Module, name)
+)
+
+
+@functools.cache
+def _torch_dir() -> str:
+    return os.path.dirname(torch.__file__) + os.sep
 
 
 def _silent_eager_cause() -> str | None:
@@ -362,23 +556,10 @@ def _silent_eager_cause() -> str | None:
 
 
 def _silent_eager_event(cause: str) -> RawSilentEager:
-    # The compiled function is a closure variable of Dynamo's wrapper one frame up; the user's
-    # call site is the first frame outside torch further up.
-    frame = sys._getframe(2)
-    fn = frame.f_locals.get("fn")
-    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
-    owner = getattr(fn, "__self__", None)
-    if isinstance(owner, torch.nn.Module):
-        name: str | None = f"{type(owner).__name__}.forward"
-    else:
-        name = getattr(fn, "__qualname__", None) or getattr(code, "co_name", None)
-    torch_dir = os.path.dirname(torch.__file__)
-    caller = frame
-    while caller is not None and caller.f_code.co_filename.startswith(torch_dir):
-        caller = caller.f_back  # type: ignore[assignment]
-    if caller is not None:
-        return RawSilentEager(cause, name, caller.f_code.co_filename, caller.f_lineno)
-    return RawSilentEager(cause, name, getattr(code, "co_filename", None), None)
+    # The compiled function is a closure variable of Dynamo's wrapper one frame up; its callers
+    # further up are where the user entered the region.
+    described = _describe_callable(sys._getframe(2).f_locals.get("fn"))
+    return RawSilentEager(cause, described[0] if described else None, tuple(_stack_above_dynamo(2)))
 
 
 class _DynamoWarningFilter(logging.Filter):

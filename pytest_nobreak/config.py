@@ -1,13 +1,14 @@
 """The plugin's settings: command-line options and ini keys, resolved once per session.
 
-Each setting exists as ``--nobreak-x`` on the command line and ``nobreak_x`` in
-``[tool.pytest.ini_options]``; the command line wins. Options default to ``None`` so "not
-given" can be told apart from an explicit value.
+Each setting exists as ``--x-y`` on the command line and ``x_y`` in
+``[tool.pytest.ini_options]`` (``--asic-backend`` / ``asic_backend``); the command line wins.
+Options default to ``None`` so "not given" can be told apart from an explicit value.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,79 +24,99 @@ ASIC_BACKEND = "asic"
 
 @dataclasses.dataclass(frozen=True)
 class Option:
+    """One setting: a command-line flag and, unless ``cli_only``, an ini key of the same name.
+
+    The ini key is the flag without ``--`` and with ``_`` for ``-`` (``--asic-backend`` is
+    ``asic_backend``): one rule, with no per-option exceptions for users to look up.
+    """
+
     flag: str
-    ini: str | None
     kind: str  # "bool" | "string" | "path"
     help: str
+    #: A one-off action that must not be switched on for good by an ini file.
+    cli_only: bool = False
+    #: Earlier spellings of the ini key, still read (``nobreak_asic_backend``).
+    old_ini: tuple[str, ...] = ()
+
+    @property
+    def dest(self) -> str:
+        """The attribute name in pytest's option namespace."""
+        return self.flag.removeprefix("--").replace("-", "_")
+
+    @property
+    def ini(self) -> str | None:
+        return None if self.cli_only else self.dest
 
 
 OPTIONS = (
     Option(
         "--asic-backend",
-        "nobreak_asic_backend",
         "bool",
         "compile the nobreak fixtures with the bundled ASIC simulator backend",
+        old_ini=("nobreak_asic_backend",),
     ),
     Option(
         "--asic-device",
-        "nobreak_asic_device",
         "string",
-        "simulated device for --asic-backend: a preset (default, tpu_v1, gemmini) or a TOML "
-        "file (default: $ASIC_BACKEND_CONFIG or 'default')",
+        "simulated device (implies --asic-backend): a preset (default, tpu_v1, gemmini) or a "
+        "TOML file (default: $ASIC_BACKEND_CONFIG or 'default')",
+        old_ini=("nobreak_asic_device",),
     ),
     Option(
         "--asic-roofline",
-        "nobreak_asic_roofline",
         "path",
         "write an SVG roofline of the simulated device(s), one point per benchmarked layer",
+        old_ini=("nobreak_asic_roofline",),
     ),
     Option(
         "--nobreak-backend",
-        "nobreak_backend",
         "string",
         f"torch.compile backend of the nobreak_compile fixture (default: {DEFAULT_BACKEND})",
     ),
     Option(
         "--nobreak-all",
-        "nobreak_all",
         "bool",
         "watch every test; breaks in unmarked tests are reported, not failed",
     ),
     Option(
-        "--nobreak-json", "nobreak_json", "path", "write the compile report as JSON to this path"
+        "--nobreak-json",
+        "path",
+        "write this run's compile report as JSON to this path (replacing the file)",
     ),
     Option(
         "--nobreak-baseline",
-        "nobreak_baseline",
         "path",
         "compare per-test compile figures with this baseline file; a figure that rises fails",
     ),
     Option(
         "--nobreak-update-baseline",
-        None,
         "bool",
         "rewrite the baseline entries of the tests that ran (others are kept)",
+        cli_only=True,
     ),
     Option(
         "--nobreak-strict",
-        "nobreak_strict",
         "bool",
         "a test missing from the baseline fails the run (default: on when $CI is set)",
     ),
 )
 
+#: Prefixes of the ini keys this plugin reads: an unknown key with one of them is a typo of ours.
+_INI_PREFIXES = ("nobreak_", "asic_")
+
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("nobreak", "torch.compile graph-break checks (pytest-nobreak)")
     for opt in OPTIONS:
-        dest = opt.flag.lstrip("-").replace("-", "_")
         if opt.kind == "bool":
-            group.addoption(opt.flag, action="store_true", default=None, dest=dest, help=opt.help)
+            group.addoption(
+                opt.flag, action="store_true", default=None, dest=opt.dest, help=opt.help
+            )
         else:
             group.addoption(
                 opt.flag,
                 default=None,
-                dest=dest,
+                dest=opt.dest,
                 metavar="PATH" if opt.kind == "path" else "NAME",
                 help=opt.help,
             )
@@ -104,15 +125,48 @@ def add_options(parser: pytest.Parser) -> None:
                 "--no-nobreak-strict",
                 action="store_false",
                 default=None,
-                dest=dest,
+                dest=opt.dest,
                 help="do not fail on tests missing from the baseline (overrides $CI)",
             )
-        if opt.ini is not None:
+        for key in (opt.ini, *opt.old_ini) if opt.ini else ():
+            help = opt.help if key == opt.ini else f"older spelling of {opt.ini}"
             # default=None tells "unset" from an explicit false (strict defaults to $CI).
             if opt.kind == "bool":
-                parser.addini(opt.ini, opt.help, type="bool", default=None)
+                parser.addini(key, help, type="bool", default=None)
             else:
-                parser.addini(opt.ini, opt.help, type="string", default=None)
+                parser.addini(key, help, type="string", default=None)
+
+
+def check_ini_keys(config: pytest.Config) -> None:
+    """Stop on an ini key that looks like ours but is not one (exit 4, one line per key).
+
+    pytest only warns about an unknown key, and the run then quietly uses the default (the
+    tests compile with inductor instead of the ASIC): easy to miss in a long log.
+    """
+    # pytest's own "Unknown config option" check; it has no public API for the list.
+    unknown_keys = getattr(config, "_get_unknown_ini_keys", None)
+    if unknown_keys is None:
+        return
+    keys = [opt.ini for opt in OPTIONS if opt.ini]
+    cli_only = {opt.dest: opt.flag for opt in OPTIONS if opt.cli_only}
+    problems = []
+    for key in sorted(unknown_keys()):
+        if not key.startswith(_INI_PREFIXES):
+            continue
+        if key in cli_only:
+            problems.append(
+                f"ini key {key}: {cli_only[key]} is a command-line action only, so that no ini "
+                "file leaves every run doing it"
+            )
+            continue
+        close = difflib.get_close_matches(key, keys, n=1)
+        suggestion = f" (did you mean {close[0]}?)" if close else ""
+        problems.append(
+            f"ini key {key} is not a pytest-nobreak setting{suggestion}; "
+            f"known keys: {', '.join(keys)}"
+        )
+    if problems:
+        raise pytest.UsageError(*problems)
 
 
 def _env_is_ci(env: os._Environ[str] | dict[str, str]) -> bool:
@@ -152,15 +206,7 @@ class NobreakConfig:
 
     @classmethod
     def from_pytest_config(cls, config: pytest.Config) -> NobreakConfig:
-        def get(opt: Option) -> Any:
-            value = config.getoption(opt.flag.lstrip("-").replace("-", "_"))
-            if value is None and opt.ini is not None:
-                value = config.getini(opt.ini)
-                if value == "":
-                    value = None
-            return value
-
-        values = {opt.flag: get(opt) for opt in OPTIONS}
+        values = {opt.flag: _value(config, opt) for opt in OPTIONS}
         rootpath = config.rootpath
 
         def path(flag: str) -> Path | None:
@@ -170,7 +216,7 @@ class NobreakConfig:
             p = Path(raw)
             # Command-line paths are relative to the invocation directory, ini paths to the
             # rootdir, as pytest does for its own options.
-            from_cli = config.getoption(flag.lstrip("-").replace("-", "_")) is not None
+            from_cli = config.getoption(_OPTION[flag].dest) is not None
             return p if p.is_absolute() or from_cli else rootpath / p
 
         backend = values["--nobreak-backend"]
@@ -182,16 +228,26 @@ class NobreakConfig:
                 "--nobreak-update-baseline needs a baseline file: pass --nobreak-baseline PATH "
                 "or set nobreak_baseline in the ini file."
             )
-        asic = bool(values["--asic-backend"])
+        device = values["--asic-device"]
+        if device is not None and config.getoption("asic_device") is None:
+            device = _ini_device(device, rootpath)
+        # Naming a simulated device asks for the simulator: running the fixtures on inductor
+        # while a device is named would ignore it without a word.
+        asic = bool(values["--asic-backend"]) or device is not None
         if asic and backend is not None and backend != ASIC_BACKEND:
+            why = (
+                "--asic-backend"
+                if values["--asic-backend"]
+                else f"--asic-device {device} (which implies --asic-backend)"
+            )
             raise pytest.UsageError(
-                f"--asic-backend and --nobreak-backend {backend} contradict each other: "
+                f"{why} and --nobreak-backend {backend} contradict each other: "
                 "pass only one of them."
             )
         return cls(
             backend=backend or DEFAULT_BACKEND,
             asic=asic,
-            asic_device=values["--asic-device"],
+            asic_device=device,
             watch_all=bool(values["--nobreak-all"]),
             json_path=path("--nobreak-json"),
             baseline_path=baseline,
@@ -200,3 +256,36 @@ class NobreakConfig:
             backend_explicit=backend is not None,
             roofline_path=path("--asic-roofline"),
         )
+
+
+_OPTION = {opt.flag: opt for opt in OPTIONS}
+
+
+def _ini_device(spec: str, rootpath: Path) -> str:
+    """An ini ``asic_device`` file is relative to the rootdir, as every ini path; a preset is a
+    name, not a path."""
+    from asic_backend.config import PRESETS
+
+    if spec in PRESETS or Path(spec).is_absolute():
+        return spec
+    return str(rootpath / spec)
+
+
+def _value(config: pytest.Config, opt: Option) -> Any:
+    """The option's value: the command line, else its ini key (or an older spelling of it).
+
+    ``None`` when unset; an empty ini value (``-o nobreak_json=``) is unset too.
+    """
+    value = config.getoption(opt.dest)
+    if value is not None or opt.ini is None:
+        return value
+    found = {}
+    for key in (opt.ini, *opt.old_ini):
+        raw = config.getini(key)
+        if raw is not None and raw != "":
+            found[key] = raw
+    if len(found) > 1:
+        raise pytest.UsageError(
+            f"ini keys {' and '.join(found)} are the same setting ({opt.flag}): keep only {opt.ini}"
+        )
+    return next(iter(found.values()), None)

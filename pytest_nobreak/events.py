@@ -8,16 +8,19 @@ schema (DESIGN.md, "Reports") and live only here.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
 BreakKind = Literal[
     "graph_break",  # the frame was split; both halves still compiled
     "eager_fallback",  # a whole frame ran eagerly (skip, loop break, silent stance)
+    "partial_fallback",  # Dynamo could not resume after a break: the rest of the frame ran eagerly
     "backend_error",  # the backend compiler failed and Dynamo fell back (gb0219, the seed)
     "recompile_limit",  # the recompile limit was hit; unmatched inputs now run eagerly
     "recompile",  # more recompiles than the marker's max_recompiles allows
     "host_fallback",  # under the ASIC backend, a matmul-class op ran on the host, not the DUT
+    "compile_error",  # Dynamo raised to the caller (fullgraph, fake-tensor error): nothing ran
 ]
 BREAK_KINDS: tuple[str, ...] = get_args(BreakKind)
 
@@ -29,6 +32,35 @@ REQUIRED_ASIC_FIGURES = ("dut_ops", "host_fallbacks", "macs", "cycles")
 ALL_FIGURES = CORE_FIGURES + ASIC_FIGURES
 #: ``BreakEvent.gb_type`` of a host fallback is this prefix and the op (``Host fallback: conv2d``).
 HOST_FALLBACK_PREFIX = "Host fallback: "
+_GB_ID = re.compile(r"GB\d+")
+
+
+@dataclasses.dataclass(frozen=True)
+class CallSite:
+    """A line of the user's code on the way to a break: a call that led to it."""
+
+    file: str
+    line: int | None
+    source: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainLink:
+    """One break of a chain: Dynamo hit ``gb_type`` while handling the break before it."""
+
+    gb_id: str | None
+    gb_type: str
+    reason: str = ""
+
+    @property
+    def label(self) -> str:
+        """How the chain names it (and the JSON report stores it): its id, else its type."""
+        return self.gb_id or self.gb_type
+
+    @classmethod
+    def from_label(cls, label: str) -> ChainLink:
+        """The link a JSON report's ``chain`` entry stands for."""
+        return cls(gb_id=label if _GB_ID.fullmatch(label) else None, gb_type=label)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,8 +77,14 @@ class BreakEvent:
     """One reason a watched region did not run as one compiled graph.
 
     ``file``/``line`` point at the user's code (the innermost user frame Dynamo reported),
-    ``source`` is that line's text, ``reason`` the one-line explanation and ``hints`` Dynamo's
-    hints, in order.
+    relative to the rootdir, ``source`` is that line's text, ``reason`` the one-line explanation
+    and ``hints`` Dynamo's hints, in order. ``call_sites`` are the user's lines that led there,
+    innermost first; ``library`` names the library frame the break happened in, when it was not
+    the user's code (``file``/``line`` is then the nearest user frame).
+
+    A break Dynamo hit while handling another one has a ``chain``, root cause first: the event
+    is about the root (``gb_id``, ``gb_type``, ``reason`` and ``link`` are the root's) and the
+    kind is what the last one made Dynamo do.
 
     A ``host_fallback`` event stands for every site where one op ran on the host for one reason:
     ``file``/``line`` is the first of them, ``also_at`` the others; ``calls`` and ``macs`` are
@@ -67,6 +105,16 @@ class BreakEvent:
     macs: int | None = None
     detail: str | None = None
     also_at: tuple[OtherSite, ...] = ()
+    chain: tuple[ChainLink, ...] = ()
+    call_sites: tuple[CallSite, ...] = ()
+    library: str | None = None
+
+    @property
+    def ids(self) -> str:
+        """The id to show: ``GB0025 → GB0066`` for a chain, else the id (empty if none)."""
+        if self.chain:
+            return " → ".join(link.label for link in self.chain)
+        return self.gb_id or ""
 
     @property
     def title(self) -> str:
@@ -82,13 +130,23 @@ class BreakEvent:
             return "<unknown location>"
         return f"{self.file}:{self.line}" if self.line is not None else self.file
 
+    def site_key(self) -> tuple[object, ...]:
+        """What makes two events the same break, whatever the call sites that led to it."""
+        chain = tuple(link.label for link in self.chain)
+        return (self.kind, self.gb_type, chain, self.file, self.line, self.reason)
+
     def dedupe_key(self) -> tuple[object, ...]:
-        return (self.kind, self.gb_type, self.file, self.line, self.reason)
+        """Repeats of one break are counted per call site (a helper called from three lines is
+        three entries, each with its count)."""
+        sites = tuple((site.file, site.line) for site in self.call_sites)
+        return (*self.site_key(), sites)
 
     def to_json(self) -> dict[str, Any]:
         """The event as it appears under ``breaks`` in the JSON report.
 
-        A host fallback adds ``calls`` and ``macs`` (host MACs), summed over all its sites.
+        A host fallback adds ``calls`` and ``macs`` (host MACs), summed over all its sites. A
+        chained break adds ``chain`` (its ids, root first), a break reached through the user's
+        calls ``call_sites`` (innermost first), and one inside a library ``library``.
         """
         out: dict[str, Any] = {
             "kind": self.kind,
@@ -101,6 +159,12 @@ class BreakEvent:
         if self.kind == "host_fallback":
             out["calls"] = self.calls
             out["macs"] = self.macs
+        if self.chain:
+            out["chain"] = [link.label for link in self.chain]
+        if self.call_sites:
+            out["call_sites"] = [{"file": s.file, "line": s.line} for s in self.call_sites]
+        if self.library:
+            out["library"] = self.library
         return out
 
 

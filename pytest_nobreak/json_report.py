@@ -1,16 +1,24 @@
 """The ``--nobreak-json`` report (schema version 1, DESIGN.md "Reports").
 
 Pure logic: :class:`TestRecord` is what one test produced, as plain JSON both in the report and
-on the way from an xdist worker to the controller; :func:`build_report` and
-:func:`merge_report` make the document; :func:`write_report` writes it atomically, keeping the
-entries of tests that did not run, as the baseline does.
+on the way from an xdist worker to the controller; :func:`build_report` makes the document and
+:func:`write_report` writes it atomically.
+
+The report is a CI artifact of one run: it holds this run's tests only and replaces the file,
+even when no test was watched (an empty ``tests``), so a CI step can upload it unconditionally
+and never ships a stale entry as if it had just run. Combining the reports of several runs is
+an explicit command, :func:`merge_files`::
+
+    python -m pytest_nobreak.json_report merge all.json unit.json models.json
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, cast
@@ -23,6 +31,8 @@ from pytest_nobreak.events import (
     REQUIRED_ASIC_FIGURES,
     BreakEvent,
     BreakKind,
+    CallSite,
+    ChainLink,
     Figures,
 )
 
@@ -31,7 +41,9 @@ __all__ = [
     "ReportError",
     "TestRecord",
     "build_report",
+    "check_report_path",
     "dump_report",
+    "merge_files",
     "merge_report",
     "read_report",
     "write_report",
@@ -40,15 +52,19 @@ __all__ = [
 VERSION = 1
 
 
-class ReportError(Exception):
-    """An existing report file cannot be merged into. ``str()`` is one line."""
+#: What to do about a report path that cannot be used, in a pytest run.
+PATH_HINT = "delete it or pass another --nobreak-json path"
+PATH_HINT_NEW = "pass another --nobreak-json path"
 
-    def __init__(self, path: str | os.PathLike[str], problem: str) -> None:
+
+class ReportError(Exception):
+    """A report file cannot be read, replaced or written. ``str()`` is one line."""
+
+    def __init__(self, path: str | os.PathLike[str], problem: str, hint: str = PATH_HINT) -> None:
         self.path = os.fspath(path)
         self.problem = problem
-        super().__init__(
-            f"JSON report {self.path}: {problem}; delete it or pass another --nobreak-json path"
-        )
+        self.hint = hint
+        super().__init__(f"JSON report {self.path}: {problem}" + (f"; {hint}" if hint else ""))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,9 +133,9 @@ def build_report(
 
 
 def merge_report(existing: Mapping[str, Any] | None, report: Mapping[str, Any]) -> dict[str, Any]:
-    """``report`` plus the entries of ``existing`` for tests that did not run this time.
+    """``report`` plus the entries of ``existing`` for the tests ``report`` does not have.
 
-    Kept entries are copied as they are; the header is this run's.
+    Kept entries are copied as they are; the header is ``report``'s.
     """
     tests = dict(existing["tests"]) if existing is not None else {}
     tests.update(report["tests"])
@@ -132,7 +148,7 @@ def dump_report(report: Mapping[str, Any]) -> str:
 
 
 def read_report(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """An earlier report to merge into; ``None`` if there is none. Raises :class:`ReportError`."""
+    """The report at ``path``; ``None`` if there is none. Raises :class:`ReportError`."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -155,6 +171,34 @@ def read_report(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     return document
 
 
+def check_report_path(path: str | os.PathLike[str]) -> None:
+    """Raise :class:`ReportError` unless a report can be written at ``path``.
+
+    Called before any test runs, so a typo in the path costs seconds, not the whole run. Only
+    looks: the path must not be a directory, its nearest existing parent must be a directory
+    this process may write in (missing ones are created at the end), and a file already there
+    must be a report (it is replaced; anything else is never clobbered).
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise ReportError(path, "is a directory", "pass the path of a file")
+    if p.exists():
+        read_report(p)
+        return
+    parent = next(d for d in p.parents if d.exists())  # the last one is "." or "/"
+    if not parent.is_dir():
+        raise ReportError(path, f"{_shown(parent)} is not a directory", PATH_HINT_NEW)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        problem = f"cannot write in {_shown(parent)}: permission denied"
+        raise ReportError(path, problem, PATH_HINT_NEW)
+
+
+def _shown(path: Path) -> str:
+    # Relative to the working directory when below it, as the user typed it.
+    relative = os.path.relpath(path)
+    return os.fspath(path) if relative.startswith("..") else relative
+
+
 def write_report(
     path: str | os.PathLike[str],
     torch_version: str,
@@ -162,13 +206,77 @@ def write_report(
     device: str,
     records: Iterable[TestRecord],
 ) -> dict[str, Any]:
-    """Merge this run into the report at ``path`` and write it atomically; return what was written.
-
-    An existing file that is not a valid report raises :class:`ReportError` and is not touched.
-    """
-    report = merge_report(read_report(path), build_report(torch_version, backend, device, records))
+    """Write this run's report to ``path`` atomically, replacing the file; return what was
+    written. The entries of an earlier report are not kept (see the module docstring)."""
+    report = build_report(torch_version, backend, device, records)
     write_atomic(path, dump_report(report))
     return report
+
+
+#: The header fields that must agree for reports to be merged.
+_CONFIGURATION = ("version", "torch", "backend", "device")
+
+
+def merge_files(output: str | os.PathLike[str], inputs: list[str | os.PathLike[str]]) -> int:
+    """Merge the reports ``inputs`` into ``output`` (written atomically); return its test count.
+
+    A test in several inputs keeps its entry from the last one. The inputs must come from one
+    configuration (torch release, backend and device): figures of different configurations are
+    not comparable, and one header could not describe them.
+    """
+    documents = []
+    for path in inputs:
+        try:
+            document = read_report(path)
+        except ReportError as exc:  # without the hint about --nobreak-json: not a pytest run
+            raise ReportError(path, exc.problem, "") from None
+        if document is None:
+            raise ReportError(path, "does not exist", "")
+        documents.append((path, document))
+    first_path, first = documents[0]
+    merged: dict[str, Any] = first
+    for path, document in documents[1:]:
+        differ = [key for key in _CONFIGURATION if document.get(key) != first.get(key)]
+        if differ:
+            raise ReportError(
+                path,
+                f"is from {_describe(document, differ)}, {os.fspath(first_path)} from "
+                f"{_describe(first, differ)}; merge reports of one configuration only",
+                "",
+            )
+        merged = merge_report(merged, document)
+    write_atomic(output, dump_report(merged))
+    return len(merged["tests"])
+
+
+def _describe(document: Mapping[str, Any], keys: list[str]) -> str:
+    return ", ".join(f"{key} {document.get(key)!r}" for key in keys)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pytest_nobreak.json_report merge OUTPUT REPORT...``"""
+    parser = argparse.ArgumentParser(
+        prog="python -m pytest_nobreak.json_report",
+        description="Work with pytest-nobreak JSON reports (--nobreak-json).",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    merge = commands.add_parser(
+        "merge",
+        help="merge the reports of several runs into one; a test in several keeps its last entry",
+    )
+    merge.add_argument("output", help="the merged report to write (may be one of the inputs)")
+    merge.add_argument("reports", nargs="+", help="reports to merge, in order")
+    args = parser.parse_args(argv)
+    try:
+        count = merge_files(args.output, args.reports)
+    except ReportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"error: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    print(f"merged {len(args.reports)} reports ({count} tests) into {args.output}")
+    return 0
 
 
 def _field(data: Mapping[str, Any], key: str, kind: type[Any], where: str) -> Any:
@@ -204,8 +312,21 @@ def _event_from_json(data: Any, where: str) -> BreakEvent:
         reason=_field(data, "reason", str, where),
         calls=_optional_count(data, "calls", where),
         macs=_optional_count(data, "macs", where),
+        chain=tuple(ChainLink.from_label(str(x)) for x in data.get("chain") or ()),
+        call_sites=tuple(_call_site(d, where) for d in data.get("call_sites") or ()),
+        library=_optional(data, "library", str, where),
     )
+
+
+def _call_site(data: Any, where: str) -> CallSite:
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{where}: a call site must be an object, not {data!r}")
+    return CallSite(_field(data, "file", str, where), _optional(data, "line", int, where))
 
 
 def _optional_count(data: Mapping[str, Any], key: str, where: str) -> int | None:
     return None if data.get(key) is None else _count(data, key, where)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

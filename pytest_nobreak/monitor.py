@@ -14,6 +14,7 @@ is live: its figures can be read while the block runs, and are final once it exi
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import threading
 from collections.abc import Iterator, Sequence
@@ -24,10 +25,12 @@ from pytest_nobreak.events import (
     HOST_FALLBACK_PREFIX,
     BreakEvent,
     BreakKind,
+    ChainLink,
     Figures,
     OtherSite,
 )
 from pytest_nobreak.render import render_failure
+from pytest_nobreak.sites import Frame, Location, display_path, is_user_file, locate
 
 if TYPE_CHECKING:
     from asic_backend.device import CounterSnapshot, HostFallbackStats
@@ -42,13 +45,17 @@ class GraphBreakError(AssertionError):
         self.breaks = tuple(breaks)
 
 
-# Dynamo's wording for a break that made it give up on the whole frame.
-_FRAME_SKIP_REASONS = (
-    "Failed to handle graph break gracefully",
-    "Encountered graph break that we cannot resume",
-)
+# Dynamo's wording for a break that made it give up on the whole frame, and for one after which
+# it compiled what came before and ran the rest of the frame eagerly. Any other break split the
+# frame it was logged for, whatever its type (a `skip_frame()` in a nested call splits the
+# caller; the nested frame's own skip is logged again when it runs).
+_FRAME_SKIP_REASON = "Failed to handle graph break gracefully"
+_PARTIAL_SKIP_REASON = "Encountered graph break that we cannot resume"
 _BACKEND_GB_TYPE = "Backend compiler exception"
 _LIMIT_GB_TYPE = "Dynamo recompile limit exceeded"
+_SILENT_GB_TYPE = "Silent eager"
+#: A hint Dynamo adds to the later breaks of a chain; the chain itself says it.
+_EARLIER_BREAK_HINT = "caused by an earlier graph break"
 
 
 @dataclasses.dataclass
@@ -64,12 +71,17 @@ class CompileReport:
     events: list[BreakEvent] = dataclasses.field(default_factory=list)
     counts: dict[tuple[object, ...], int] = dataclasses.field(default_factory=dict)
     recompile_reasons: list[str] = dataclasses.field(default_factory=list)
-    recompile_site: tuple[str | None, int | None] | None = None
+    recompile_site: Location | None = None
     asic_before: CounterSnapshot | None = None
     asic_after: CounterSnapshot | None = None
     run_macs: int | None = None
     _finished: bool = False
     _final: tc.CounterView | None = None
+    #: Eager runs Dynamo's frame counters miss (the rest of a frame after a break it could not
+    #: resume from, a region entered under an eager stance) ...
+    _eager_missed: int = 0
+    #: ... and failed frames they count that never ran (the error reached the caller).
+    _eager_not_run: int = 0
 
     # ----------------------------------------------------------------- figures
 
@@ -86,7 +98,11 @@ class CompileReport:
 
     @property
     def eager_frames(self) -> int:
-        return self._counters().eager_frames
+        """Frames that ran eagerly, whole or in part: every skipped frame, the rest of a frame
+        after a break Dynamo could not resume from, and every region entered under an eager
+        stance. A frame whose compile error reached the caller did not run: not counted."""
+        skipped = max(self._counters().eager_frames - self._eager_not_run, 0)
+        return skipped + self._eager_missed
 
     @property
     def graph_breaks(self) -> int:
@@ -161,18 +177,18 @@ class CompileReport:
                 continue
             out.append(event)
         if max_recompiles is not None and self.recompiles > max_recompiles:
-            file, line = self.recompile_site or (None, None)
-            from pytest_nobreak._torch_compat import source_line
-
+            site = self.recompile_site or Location()
             out.append(
                 BreakEvent(
                     kind="recompile",
                     gb_type=f"{self.recompiles} recompiles (max_recompiles={max_recompiles})",
-                    file=file,
-                    line=line,
-                    source=source_line(file, line),
+                    file=site.file,
+                    line=site.line,
+                    source=site.source,
                     reason="; ".join(dict.fromkeys(self.recompile_reasons))[:400],
                     hints=("Mark the varying dimension dynamic or pass dynamic=True.",),
+                    call_sites=site.call_sites,
+                    library=site.library,
                 )
             )
         return out
@@ -185,21 +201,27 @@ class CompileReport:
         allow_host_fallback: bool = False,
         title: str = "torch.compile did not run as whole graphs",
     ) -> None:
-        """Raise ``GraphBreakError`` listing every break not allowed by the options."""
+        """Raise ``GraphBreakError`` listing every break not allowed by the options; its
+        message says how to allow them with these same options."""
         problems = self.problems(
             allow=allow, max_recompiles=max_recompiles, allow_host_fallback=allow_host_fallback
         )
         if problems:
-            raise GraphBreakError(self.render(problems, title=title), problems)
+            message = self.render(problems, title=title, spelling="check")
+            raise GraphBreakError(message, problems)
 
-    def render(self, problems: Sequence[BreakEvent], *, title: str) -> str:
-        """The failure message listing ``problems`` (see :func:`render.render_failure`)."""
+    def render(
+        self, problems: Sequence[BreakEvent], *, title: str, spelling: str = "marker"
+    ) -> str:
+        """The failure message listing ``problems`` (see :func:`render.render_failure`);
+        ``spelling`` of the options it suggests: ``"marker"`` or ``"check"``."""
         return render_failure(
             title=title,
             figures=self.figures(),
             problems=problems,
             counts=[self.counts.get(p.dedupe_key(), 1) for p in problems],
             run_macs=self.run_macs,
+            spelling=spelling,
         )
 
     # ----------------------------------------------------------------- collection
@@ -213,8 +235,13 @@ class CompileReport:
 
 
 def allow_text(event: BreakEvent) -> str:
-    """What an ``allow=[regex]`` pattern is searched in: id, type, reason and location."""
-    return f"{event.gb_id or ''} {event.gb_type}: {event.reason} ({event.location})"
+    """What an ``allow=[regex]`` pattern is searched in: ids, types, reason and location.
+
+    Every break of a chain is in it, so allowing the root cause allows what it caused.
+    """
+    ids = " ".join(link.label for link in event.chain) or event.gb_id or ""
+    types = " ".join(dict.fromkeys([event.gb_type, *(link.gb_type for link in event.chain)]))
+    return f"{ids} {types}: {event.reason} ({event.location})"
 
 
 class Monitor:
@@ -224,23 +251,35 @@ class Monitor:
     test's failure, ``watch()``'s ``check()``), so the ASIC backend's once-per-process warning
     is not issued between ``start()`` and ``stop()``, nor spent there. An observer (an unmarked
     test) leaves it off and changes nothing.
+
+    ``root``: event paths are relative to it (pytest's rootdir; default: the working directory
+    when the monitor starts).
     """
 
-    def __init__(self, *, reset: bool = True, reports_host_fallbacks: bool = False) -> None:
+    def __init__(
+        self, *, reset: bool = True, reports_host_fallbacks: bool = False, root: str | None = None
+    ) -> None:
         self.report = CompileReport()
         self._reset = reset
         self._reports_host_fallbacks = reports_host_fallbacks
+        self._root = root
         self._lock = threading.Lock()
         self._cm: Any = None
         self._notices: Any = None
         self._asic_start: CounterSnapshot | None = None
-        self._limit_hits: list[tc.RawLimitHit] = []
+        self._limit_hits: list[tuple[tc.RawLimitHit, Location | None]] = []
+        self._last_recompile: Location | None = None
         self._skip_compile_ids: set[str | None] = set()
+
+    @property
+    def root(self) -> str:
+        return self._root or os.getcwd()
 
     def start(self) -> CompileReport:
         from pytest_nobreak import _torch_compat
 
         _torch_compat.check_torch()
+        self._root = self.root
         if self._reset:
             _torch_compat.reset_dynamo()
         _reset_asic()
@@ -252,7 +291,7 @@ class Monitor:
         if cause is not None:
             # Already set before the block: record it even if no region runs, since a
             # compile that would run later in the same process is silently disabled too.
-            self._add_silent(cause, None, None, None)
+            self._add_silent(cause, None, Location())
         if self._reports_host_fallbacks:
             # Last, so nothing after it can fail and leave it entered. The module is torch-free,
             # but it is imported here, not at the top: plugin.py imports this module.
@@ -292,87 +331,128 @@ class Monitor:
         if notices is not None:
             notices.__exit__(None, None, None)
 
-    # Events arrive from Dynamo (possibly from another thread); keep appends ordered.
+    def _locate(self, stack: Sequence[Frame]) -> Location:
+        return locate(stack, self.root)
+
+    def _add(self, event: BreakEvent) -> None:
+        # Events arrive from Dynamo (possibly from another thread); keep appends ordered.
+        with self._lock:
+            self.report.add(event)
+
+    # ----------------------------------------------------------------- Dynamo's events
 
     def on_graph_break(self, raw: tc.RawGraphBreak) -> None:
         from pytest_nobreak import _torch_compat as tc
 
-        parsed = tc.parse_graph_break_message(raw.msg)
-        frame_skip = raw.reason.startswith(_FRAME_SKIP_REASONS)
+        chain = tc.parse_chain(raw.msg)
         kind: BreakKind
         if raw.gb_type == _BACKEND_GB_TYPE:
             kind = "backend_error"
-        elif frame_skip or raw.gb_type == "Call to `torch._dynamo.skip_frame()`":
+        elif raw.reason.startswith(_FRAME_SKIP_REASON):
             kind = "eager_fallback"
+        elif raw.reason.startswith(_PARTIAL_SKIP_REASON):
+            kind = "partial_fallback"
         else:
             kind = "graph_break"
-        if kind != "graph_break":
-            self._skip_compile_ids.add(raw.compile_id)
-        link = tc.gb_link(raw.gb_type)
-        gb_id = tc.gb_id_of_link(link) or parsed.gb_id
+        if len(chain) == 1:
+            # Dynamo's own type, when the message's first line is not it (a StepUnsupported).
+            chain = [dataclasses.replace(chain[0], gb_type=raw.gb_type)]
+        event = _chained_event(kind, chain, self._locate(raw.stack))
         with self._lock:
-            self.report.add(
-                BreakEvent(
-                    kind=kind,
-                    gb_type=raw.gb_type,
-                    gb_id=gb_id,
-                    file=raw.file,
-                    line=raw.line,
-                    source=tc.source_line(raw.file, raw.line),
-                    reason=parsed.explanation or raw.gb_type,
-                    hints=parsed.hints,
-                    link=link,
-                )
-            )
+            if kind != "graph_break":
+                self._skip_compile_ids.add(raw.compile_id)
+            if kind == "partial_fallback":
+                self.report._eager_missed += 1
+            self.report.add(event)
 
-    def on_silent_eager(self, raw: tc.RawSilentEager) -> None:
-        self._add_silent(raw.cause, raw.function, raw.file, raw.line)
-
-    def on_limit_hit(self, raw: tc.RawLimitHit) -> None:
-        with self._lock:
-            self._limit_hits.append(raw)
-
-    def _add_silent(
-        self, cause: str, function: str | None, file: str | None, line: int | None
-    ) -> None:
+    def on_compile_error(self, raw: tc.RawCompileError) -> None:
+        """An error Dynamo raised to the caller: nothing of the region ran, eagerly or not."""
         from pytest_nobreak import _torch_compat as tc
 
-        what = f"`{function}`" if function else "compiled regions"
         with self._lock:
-            self.report.add(
-                BreakEvent(
-                    kind="eager_fallback",
-                    gb_type="Silent eager",
-                    file=file,
-                    line=line,
-                    source=tc.source_line(file, line),
-                    reason=f"{what} ran eagerly: {cause}",
-                    hints=(
-                        "Remove the stance/disable switch from the code under test, or scope it "
-                        "outside the region this test checks.",
-                    ),
-                )
+            self._skip_compile_ids.add(raw.compile_id)
+            if raw.counted_as_eager:
+                self.report._eager_not_run += 1
+        location = self._locate(raw.stack)
+        exc_name = raw.exc_type.rsplit(".", 1)[-1]
+        chain = tc.parse_chain(raw.msg, raw.text)
+        if chain[0].gb_id is None and tc.gb_link(chain[0].gb_type) is None:
+            # Not one of Dynamo's graph-break messages (e.g. a backend's own exception).
+            lines = [line.strip() for line in raw.text.splitlines() if line.strip()]
+            event = BreakEvent(
+                kind="compile_error",
+                gb_type=exc_name,
+                reason=" ".join(lines[:2]),
+                **_where(location),
             )
+        else:
+            event = _chained_event("compile_error", chain, location)
+        self._add(dataclasses.replace(event, detail=raw.exc_type))
+
+    def on_silent_eager(self, raw: tc.RawSilentEager) -> None:
+        with self._lock:
+            self.report._eager_missed += 1
+        # The region is entered through torch's wrappers: the user's line is the one that
+        # called it, not a frame of those wrappers.
+        stack = list(raw.stack)
+        while stack and not is_user_file(stack[-1].file):
+            stack.pop()
+        self._add_silent(raw.cause, raw.function, self._locate(stack))
+
+    def on_recompile(self, raw: tc.RawRecompile) -> None:
+        """Where the user reads a recompile: the definition of what they compiled (a module's
+        ``forward``), or where they called it if that is a library's."""
+        definition = [raw.definition] if raw.definition is not None else []
+        site = self._locate([*raw.stack, *definition])
+        with self._lock:
+            self._last_recompile = site
+            if self.report.recompile_site is None:
+                self.report.recompile_site = site
+
+    def on_limit_hit(self, raw: tc.RawLimitHit) -> None:
+        # Dynamo warns while compiling the recompile that hit the limit: the last one seen.
+        with self._lock:
+            self._limit_hits.append((raw, self._last_recompile))
+
+    def _add_silent(self, cause: str, function: str | None, location: Location) -> None:
+        what = f"`{function}`" if function else "compiled regions"
+        self._add(
+            BreakEvent(
+                kind="eager_fallback",
+                gb_type=_SILENT_GB_TYPE,
+                reason=f"{what} ran eagerly: {cause}",
+                hints=(
+                    "Remove the stance/disable switch from the code under test, or scope it "
+                    "outside the region this test checks.",
+                ),
+                **_where(location),
+            )
+        )
+
+    # ----------------------------------------------------------------- at the end
 
     def _collect_metrics(self, tc: Any) -> None:
-        """Failed compiles the graph-break tap did not see: backend fallbacks raised while
-        compiling the final graph, the recompile limit, and recompile reasons."""
+        """Failed compiles the taps did not see: backend fallbacks raised while compiling the
+        final graph, the recompile limit, errors suppressed into eager runs; and recompile
+        reasons."""
         limit_hits = list(self._limit_hits)
         for m in tc.compilation_metrics():
             if m.recompile_reason:
                 first = m.recompile_reason.strip().splitlines()
                 self.report.recompile_reasons.append(first[-1].strip(" -") if first else "")
                 if self.report.recompile_site is None:
-                    self.report.recompile_site = (m.file, m.line)
+                    self.report.recompile_site = self._locate(_frame_of(m.file, m.line))
             if not m.fail_type or m.compile_id in self._skip_compile_ids:
                 continue
             parsed = tc.parse_graph_break_message(m.fail_reason or "")
-            file, line = m.file, m.line
+            location = self._locate(_frame_of(m.file, m.line))
             if parsed.gb_type == _LIMIT_GB_TYPE:
                 kind: BreakKind = "recompile_limit"
                 if limit_hits:
-                    hit = limit_hits.pop(0)
-                    file, line = hit.file or file, hit.line or line
+                    hit, site = limit_hits.pop(0)
+                    if site is None and hit.file is not None:
+                        site = self._locate(_frame_of(hit.file, hit.line))
+                    location = site or location
                     reason = (
                         f"{hit.limit} ({hit.value}) hit; last recompile reason: "
                         f"{hit.last_reason.strip()}"
@@ -393,20 +473,16 @@ class Monitor:
                     kind=kind,
                     gb_type=gb_type,
                     gb_id=tc.gb_id_of_link(link) or parsed.gb_id,
-                    file=file,
-                    line=line,
-                    source=tc.source_line(file, line),
                     reason=reason,
                     hints=parsed.hints,
                     link=link,
+                    **_where(location),
                 )
             )
 
     def _collect_host_fallbacks(self) -> None:
         """One event per (op, reason): a model with dozens of host ops, all for the same reason
         (autograd is live, float64 weights), reads as a few entries, not dozens."""
-        from pytest_nobreak import _torch_compat as tc
-
         groups: dict[tuple[str, str], list[HostFallbackStats]] = {}
         for stats in _asic_host_fallback_stats():
             groups.setdefault((stats.site.op, stats.site.reason), []).append(stats)
@@ -415,20 +491,73 @@ class Monitor:
         ordered = sorted(groups.values(), key=lambda group: -sum(s.macs for s in group))
         for first, *others in ordered:
             site = first.site
+            # The backend names the user's line (see asic_backend.fx_nodes.user_frame); the
+            # paths are made the user's here, as for every other event.
+            location = self._locate(_frame_of(site.file, site.line))
             self.report.add(
                 BreakEvent(
                     kind="host_fallback",
                     gb_type=HOST_FALLBACK_PREFIX + site.op,
-                    file=site.file,
-                    line=site.line,
-                    source=site.source or tc.source_line(site.file, site.line),
+                    file=location.file,
+                    line=location.line,
+                    source=site.source or location.source,
                     reason=site.reason,
                     calls=first.calls + sum(s.calls for s in others),
                     macs=first.macs + sum(s.macs for s in others),
                     detail=first.shape,
-                    also_at=tuple(OtherSite(s.site.file, s.site.line, s.calls) for s in others),
+                    also_at=tuple(
+                        OtherSite(self._display(s.site.file), s.site.line, s.calls) for s in others
+                    ),
+                    library=location.library,
                 )
             )
+
+    def _display(self, file: str | None) -> str | None:
+        return None if file is None else display_path(file, self.root)
+
+
+def _frame_of(file: str | None, line: int | None) -> list[Frame]:
+    return [] if file is None else [Frame(file, line)]
+
+
+def _where(location: Location) -> dict[str, Any]:
+    """The location fields of a ``BreakEvent``."""
+    return {
+        "file": location.file,
+        "line": location.line,
+        "source": location.source,
+        "call_sites": location.call_sites,
+        "library": location.library,
+    }
+
+
+def _chained_event(
+    kind: BreakKind, chain: Sequence[tc.ParsedMessage], location: Location
+) -> BreakEvent:
+    """The event of a break and the breaks it caused (``chain``, root cause first): about the
+    root cause, which is what the user fixes; the kind is what the last one made Dynamo do."""
+    from pytest_nobreak import _torch_compat as tc
+
+    root = chain[0]
+    link = tc.gb_link(root.gb_type)
+    links = tuple(ChainLink(_gb_id(tc, part), part.gb_type, part.explanation) for part in chain)
+    # The root's first hint, then the first of each later break (how to live with it), then
+    # the root's other hints; "caused by an earlier graph break" is what the chain shows.
+    hints = [*root.hints[:1], *(h for part in chain[1:] for h in part.hints[:1]), *root.hints[1:]]
+    return BreakEvent(
+        kind=kind,
+        gb_type=root.gb_type,
+        gb_id=tc.gb_id_of_link(link) or root.gb_id,
+        reason=root.explanation or root.gb_type,
+        hints=tuple(dict.fromkeys(h for h in hints if _EARLIER_BREAK_HINT not in h)),
+        link=link,
+        chain=links if len(links) > 1 else (),
+        **_where(location),
+    )
+
+
+def _gb_id(tc: Any, part: tc.ParsedMessage) -> str | None:
+    return part.gb_id or tc.gb_id_of_link(tc.gb_link(part.gb_type))
 
 
 @contextmanager

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_nobreak.benchmark import BenchmarkPlugin, asic_benchmark
-from pytest_nobreak.config import ASIC_BACKEND, NobreakConfig, add_options
+from pytest_nobreak.config import ASIC_BACKEND, NobreakConfig, add_options, check_ini_keys
 from pytest_nobreak.fixtures import CONFIG_KEY, asic, nobreak_compile, nobreak_report
 from pytest_nobreak.markers import MARKER_DOC
 from pytest_nobreak.session import NobreakSession
@@ -28,10 +28,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_DOC)
+    check_ini_keys(config)
     settings = NobreakConfig.from_pytest_config(config)
     if settings.backend_explicit and not settings.asic:
         _check_backend_name(settings.backend)
-    if settings.asic or settings.asic_device is not None:
+    if settings.asic:
         _check_asic_device(settings)
     config.stash[CONFIG_KEY] = settings
     config.pluginmanager.register(NobreakSession(config, settings), SESSION_PLUGIN_NAME)

@@ -5,29 +5,45 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from pytest_nobreak.events import BreakEvent, Figures, OtherSite
+from pytest_nobreak.events import BreakEvent, CallSite, Figures, OtherSite
 
 #: Breaks listed in full; the rest are summarised in one line, so a message stays ~60 lines.
 MAX_LISTED = 8
 MAX_HINTS = 2
 #: Other sites of one host fallback named on its "also at" line before "(+N more)".
 MAX_ALSO_AT = 3
+#: Call sites of one break listed (one line each) before "(+N more call sites)".
+MAX_CALL_SITES = 4
+#: Frames of one call chain shown: the innermost ones and, always, the outermost (the test's).
+MAX_CALL_DEPTH = 3
 _MAX_TEXT = 240
+_ELIDED = "..."
 
 KIND_LABELS = {
     "graph_break": "graph break",
     "eager_fallback": "eager fallback",
+    "partial_fallback": "eager fallback after a break (the rest of the function ran eagerly)",
     "backend_error": "backend compiler fallback (whole frame ran eagerly)",
     "recompile_limit": "recompile limit hit (unmatched inputs run eagerly)",
     "recompile": "too many recompiles",
     "host_fallback": "host fallback (ran on the host, not the DUT)",
+    "compile_error": "compile error (raised to the caller, nothing ran)",
+}
+
+#: How a failure message spells the options that tolerate a break: the marker's or ``check()``'s.
+_OPTIONS_SPELLING = {
+    "marker": "@pytest.mark.no_graph_break({})",
+    "check": "report.check({})",
 }
 
 
 def short_path(path: str | None, root: str | None = None) -> str | None:
-    """``path`` relative to ``root`` (default: the working directory) when it lies below it."""
-    if path is None:
-        return None
+    """``path`` relative to ``root`` (default: the working directory) when it lies below it.
+
+    A relative path is already the user's (events hold paths relative to the rootdir).
+    """
+    if path is None or not os.path.isabs(path):
+        return path
     root = root or os.getcwd()
     try:
         rel = os.path.relpath(path, root)
@@ -94,36 +110,110 @@ def render_event(
     *,
     run_macs: int | None = None,
     brief: bool = False,
+    others: Sequence[tuple[BreakEvent, int]] = (),
+    same_hints_as: int | None = None,
 ) -> list[str]:
-    """The lines of one break: what, where (with the source line), why, hints, docs.
+    """The lines of one break: what, where (with the source line and the calls that led
+    there), why, what it caused, hints, docs.
 
     A host fallback reads: the op with its calls and host MACs (a share of ``run_macs``, the
     test's MACs, when given), where, the shapes of its first call, why, and its other sites.
-    ``brief``: the first three lines, what, where and why (the warning of an unmarked test).
+    ``others``: the same break reached through other call sites, with their counts.
+    ``same_hints_as``: the number of an earlier entry with the same hints and docs, which are
+    then not repeated. ``brief``: three lines, what, where and why (the warning of an unmarked
+    test).
     """
     label = KIND_LABELS.get(event.kind, event.kind)
-    gb = f" {event.gb_id}" if event.gb_id else ""
+    ids = f" {event.ids}" if event.ids else ""
     prefix = f"{index}. " if index is not None else ""
     pad = " " * len(prefix)
     host = event.kind == "host_fallback"
+    total = count + sum(n for _, n in others)
     if host:
         cost = f"  ({host_fallback_summary(event, run_macs)})"
     else:
-        cost = f"  (x{count})" if count > 1 else ""
-    lines = [f"{prefix}{label}{gb}: {event.title}{cost}"]
+        cost = f"  (x{total})" if total > 1 else ""
+    head = f"{prefix}{label}{ids}: {event.title}{cost}"
     source = f"  >  {_clip(event.source, 100)}" if event.source else ""
-    lines.append(f"{pad}at {_where(event.file, event.line)}{source}")
-    if host and event.detail and not brief:
+    at = f"{pad}at {_where(event.file, event.line)}{source}"
+    why = (
+        [f"{pad}why: {_clip(event.reason)}"]
+        if event.reason and event.reason != event.gb_type
+        else []
+    )
+    if brief:
+        return [head, at, *why][:3]
+    lines = [head, at]
+    if event.library:
+        lines.append(f"{pad}inside {event.library}")
+    lines.extend(pad + line for line in _call_site_lines([(event, count), *others]))
+    if host and event.detail:
         lines.append(f"{pad}shapes: {event.detail}")
-    if event.reason and event.reason != event.gb_type:
-        lines.append(f"{pad}why: {_clip(event.reason)}")
+    lines.extend(why)
+    for link in event.chain[1:]:
+        lines.append(f"{pad}then {link.label}: {_clip(link.reason or link.gb_type)}")
+    if event.kind == "compile_error" and event.detail:
+        lines.append(f"{pad}raised: {event.detail}")
     if event.also_at:
         lines.append(f"{pad}also at {_also_at(event.also_at)}")
+    if same_hints_as is not None:
+        lines.append(f"{pad}hints and docs: as for {same_hints_as}.")
+        return lines
     for hint in event.hints[:MAX_HINTS]:
         lines.append(f"{pad}hint: {_clip(hint)}")
     if event.link:
         lines.append(f"{pad}docs: {event.link}")
-    return lines[:3] if brief else lines
+    return lines
+
+
+def _call_site_lines(members: Sequence[tuple[BreakEvent, int]]) -> list[str]:
+    """``called from`` lines, innermost first: one chain as a short traceback; several as one
+    line per call site (with its count), then the callers they share."""
+    chains = [(event.call_sites, n) for event, n in members if event.call_sites]
+    if not chains:
+        return []
+    if len(chains) == 1:
+        return _prefixed("called from ", _deep(chains[0][0]))
+    shared = _shared_callers([sites for sites, _ in chains])
+    lines = []
+    for sites, n in chains[:MAX_CALL_SITES]:
+        own = sites[: len(sites) - len(shared)]
+        # The site's own line; the callers between it and the shared ones, named only.
+        via = f" (from {', '.join(_where(s.file, s.line) for s in own[1:])})" if own[1:] else ""
+        where = _site(own[0], via) if own else "directly"
+        lines.append(f"called from {where}" + (f"  (x{n})" if n > 1 else ""))
+    if len(chains) > MAX_CALL_SITES:
+        lines.append(f"(+{len(chains) - MAX_CALL_SITES} more call sites)")
+    lines.extend(_prefixed("all called from ", _deep(shared)))
+    return lines
+
+
+def _prefixed(prefix: str, lines: list[str]) -> list[str]:
+    return [line if line.startswith(_ELIDED) else prefix + line for line in lines]
+
+
+def _shared_callers(chains: Sequence[tuple[CallSite, ...]]) -> tuple[CallSite, ...]:
+    """The outermost call sites every chain ends with (the test's line, usually)."""
+    shared: list[CallSite] = []
+    for sites in zip(*(reversed(chain) for chain in chains), strict=False):
+        if any(site != sites[0] for site in sites):
+            break
+        shared.append(sites[0])
+    return tuple(reversed(shared))
+
+
+def _deep(sites: Sequence[CallSite]) -> list[str]:
+    """A chain a few frames deep; its outermost site (the test's line) is always shown."""
+    if len(sites) <= MAX_CALL_DEPTH:
+        return [_site(site) for site in sites]
+    hidden = len(sites) - MAX_CALL_DEPTH + 1
+    shown = [_site(site) for site in sites[: MAX_CALL_DEPTH - 1]]
+    return [*shown, f"{_ELIDED} ({hidden} more calls)", _site(sites[-1])]
+
+
+def _site(site: CallSite, via: str = "") -> str:
+    source = f"  >  {_clip(site.source, 100)}" if site.source else ""
+    return f"{_where(site.file, site.line)}{via}{source}"
 
 
 def render_failure(
@@ -133,42 +223,64 @@ def render_failure(
     problems: Sequence[BreakEvent],
     counts: Sequence[int],
     run_macs: int | None = None,
+    spelling: str = "marker",
 ) -> str:
     """The whole message: a summary line, each break, and how to allow a known one.
 
-    ``run_macs``: every MAC the test ran (DUT and host), for the share of each host fallback.
+    One break reached through several call sites is one entry listing them. ``run_macs``:
+    every MAC the test ran (DUT and host), for the share of each host fallback. ``spelling``:
+    how to pass the options that tolerate a break, ``"marker"`` or ``"check"`` (``watch()``).
     """
     n = sum(counts)
     summary = ", ".join(f"{k}={v}" for k, v in figures.as_dict().items())
     lines = [f"{title}: {n} problem{'s' if n != 1 else ''} ({summary})"]
-    for i, (event, count) in enumerate(zip(problems, counts, strict=True), start=1):
+    groups: dict[tuple[object, ...], list[tuple[BreakEvent, int]]] = {}
+    for event, count in zip(problems, counts, strict=True):
+        groups.setdefault(event.site_key(), []).append((event, count))
+    # Many breaks of one kind (a `print` in every layer) share their hints and docs link:
+    # those are shown once, the first time.
+    first_with: dict[tuple[object, ...], int] = {}
+    for i, ((event, count), *others) in enumerate(groups.values(), start=1):
         if i > MAX_LISTED:
-            rest = len(problems) - MAX_LISTED
+            rest = len(groups) - MAX_LISTED
             lines.append(f"... and {rest} more (see --nobreak-json for all of them)")
             break
+        key = (event.link, event.hints[:MAX_HINTS])
+        same = first_with.setdefault(key, i) if event.link or event.hints else None
         lines.append("")
-        lines.extend(render_event(event, count, index=i, run_macs=run_macs))
+        lines.extend(
+            render_event(
+                event,
+                count,
+                index=i,
+                run_macs=run_macs,
+                others=others,
+                same_hints_as=same if same != i else None,
+            )
+        )
     lines.append("")
-    lines.append(allow_hint(problems))
+    lines.append(allow_hint(problems, spelling=spelling))
     return "\n".join(lines)
 
 
-def allow_hint(problems: Sequence[BreakEvent]) -> str:
-    """How to tolerate these breaks, naming the first one's id (or type) as the example.
+def allow_hint(problems: Sequence[BreakEvent], *, spelling: str = "marker") -> str:
+    """How to tolerate these breaks, naming the first one's id (or type) as the example: the
+    root cause's id for a chain, which allows the whole chain.
 
     When host fallbacks come after other breaks, a second line says how to accept them too.
     """
+    options = _OPTIONS_SPELLING[spelling]
     first = problems[0] if problems else None
-    host = "To accept host fallbacks: @pytest.mark.no_graph_break(allow_host_fallback=True)."
+    host = f"To accept host fallbacks: {options.format('allow_host_fallback=True')}."
     if first is not None and first.kind == "host_fallback":
         return host
     if first is not None and first.kind == "recompile":
-        hint = "To accept more recompiles: @pytest.mark.no_graph_break(max_recompiles=N)."
+        hint = f"To accept more recompiles: {options.format('max_recompiles=N')}."
     else:
         example = (first.gb_id or first.gb_type) if first is not None else "GB0170"
+        allow = f'allow=[r"{_regex_escape(example)}"]'
         hint = (
-            "To allow a known break: "
-            f'@pytest.mark.no_graph_break(allow=[r"{_regex_escape(example)}"])'
+            f"To allow a known break: {options.format(allow)}"
             " (regexes searched in the id, type, reason and file:line)."
         )
     if any(p.kind == "host_fallback" for p in problems):

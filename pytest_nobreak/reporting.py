@@ -212,10 +212,12 @@ class SessionReporter:
         return self.settings.asic_config().key
 
     def _write_json(self) -> int:
-        from pytest_nobreak.json_report import ReportError, write_report
+        """This run's report, replacing the file; also when no test was watched (an empty
+        ``tests``), so a CI step can upload it unconditionally. The path was checked at start."""
+        from pytest_nobreak.json_report import write_report
 
         path = self.settings.json_path
-        if path is None or not self.records:
+        if path is None:
             return 0
         shown = display_path(path)
         try:
@@ -226,14 +228,25 @@ class SessionReporter:
                 self._device(),
                 self.records.values(),
             )
-        except ReportError as exc:
-            self.errors.append(f"nobreak: {ReportError(shown, exc.problem)}")
-            return int(GATE_FAILED)
         except (OSError, UnicodeError) as exc:
             self.errors.append(f"nobreak: cannot write JSON report {shown}: {_reason(exc)}")
             return int(GATE_FAILED)
         self.lines.append((f"nobreak: JSON report written to {shown}", None))
         return 0
+
+    def failure_words(self) -> list[str]:
+        """What failed the run besides its tests, as parts of pytest's last line
+        (``2 baseline regressions``, ``1 report error``); empty when nothing did."""
+        words: list[str] = []
+        comparison = self.comparison
+        if comparison is not None and comparison.failed and not self.settings.update_baseline:
+            if comparison.regressions and comparison.version_mismatch is None:
+                words.append(_plural(len(comparison.regressions), "baseline regression"))
+            if comparison.missing and comparison.strict:
+                words.append(f"{len(comparison.missing)} missing from the baseline")
+        if self.errors:
+            words.append(_plural(len(self.errors), "report error"))
+        return words
 
     # ------------------------------------------------------------------ terminal
 
@@ -277,11 +290,37 @@ class SessionReporter:
             terminalreporter.write_line(text, **({style: True} if style else {}))
         for text in self.errors:
             terminalreporter.write_line(text, red=True, bold=True)
+        words = self.failure_words()
+        if words:
+            _add_to_summary_line(terminalreporter, words)
 
     def print_errors(self, stream: TextIO) -> None:
         """The error lines, for a run without pytest's terminal reporter."""
         for text in self.errors:
             stream.write(text + "\n")
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def _add_to_summary_line(terminalreporter: Any, words: list[str]) -> None:
+    """Add ``words`` to pytest's last line and make it red: ``1 passed, 2 baseline regressions``.
+
+    The run exits 1, and a green "1 passed" as its last word would say the opposite. pytest has
+    no hook for that line; it is built by ``build_summary_stats_line``, wrapped here on this one
+    reporter, once the tests ran. Another terminal plugin without it keeps its own line (the
+    red lines of the report section above still say why).
+    """
+    build = getattr(terminalreporter, "build_summary_stats_line", None)
+    if build is None:
+        return
+
+    def build_with_gate() -> tuple[list[tuple[str, dict[str, bool]]], str]:
+        parts, _color = build()
+        return [*parts, *((word, {"red": True, "bold": True}) for word in words)], "red"
+
+    terminalreporter.build_summary_stats_line = build_with_gate
 
 
 def _reason(exc: BaseException) -> str:
@@ -335,7 +374,7 @@ def figures_table(records: list[TestRecord]) -> list[tuple[str, str | None]]:
             where = short_path(event.file) or "<unknown>"
             if event.line is not None:
                 where += f":{event.line}"
-            gb = f" {event.gb_id}" if event.gb_id else ""
+            gb = f" {event.ids}" if event.ids else ""
             label = KIND_LABELS.get(event.kind, event.kind)
             what = event.title
             if event.kind == "host_fallback":

@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 MONITOR_KEY = pytest.StashKey[Monitor]()
 OPTIONS_KEY = pytest.StashKey[NoGraphBreakOptions]()
 RECORD_KEY = pytest.StashKey[TestRecord]()
-MARKER_ERROR_KEY = pytest.StashKey[str]()
 #: Key in xdist's ``workeroutput`` carrying a worker's marker errors to the controller.
 USAGE_ERRORS_OUTPUT = "nobreak_usage_errors"
 COMPLETE_KEY = pytest.StashKey[bool]()
@@ -62,6 +61,7 @@ class NobreakSession:
         self.reporter: SessionReporter | None = None
         self.usage_errors: list[str] = []
         self.baseline = self._load_baseline()
+        self._check_json_path()
 
     def _load_baseline(self) -> Baseline | None:
         """Read the baseline before any test runs: a broken file stops the run at once (exit 4,
@@ -79,11 +79,28 @@ class NobreakSession:
                 shown.message(update_command(self.config, self.settings))
             ) from None
 
+    def _check_json_path(self) -> None:
+        """A report path that cannot be written stops the run before any test (exit 4, one
+        line), not after it. Only the controller writes, so only it checks."""
+        path = self.settings.json_path
+        if path is None or is_xdist_worker(self.config):
+            return
+        from pytest_nobreak.json_report import ReportError, check_report_path
+        from pytest_nobreak.reporting import display_path
+
+        try:
+            check_report_path(path)
+        except ReportError as exc:
+            shown = ReportError(display_path(path), exc.problem, exc.hint)
+            raise pytest.UsageError(str(shown)) from None
+
     # ------------------------------------------------------------------ collection
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        """Validate every marker up front: a typo is a usage error naming the test."""
+        """Validate every marker before any test runs: each bad one is a usage error naming its
+        test, all of them in one go (fixing them one run at a time would take many runs)."""
+        errors: list[str] = []
         for item in items:
             mark = item.get_closest_marker(MARKER)
             if mark is None:
@@ -93,12 +110,16 @@ class NobreakSession:
                     mark.kwargs, args=mark.args, where=item.nodeid
                 )
             except MarkerError as exc:
-                if not is_xdist_worker(self.config):
-                    raise pytest.UsageError(str(exc)) from None
-                # A worker cannot stop the session (xdist turns that into an INTERNALERROR):
-                # fail the test at setup and send the error to the controller, which exits 4.
-                item.stash[MARKER_ERROR_KEY] = str(exc)
-                self.usage_errors.append(str(exc))
+                errors.append(str(exc))
+        if not errors:
+            return
+        if not is_xdist_worker(self.config):
+            raise pytest.UsageError(*errors)
+        # A worker cannot stop the session (xdist turns that into an INTERNALERROR). It runs
+        # nothing and sends the errors to the controller, which prints each once and exits 4.
+        # Every worker collects the same items, so all of them agree on running nothing.
+        self.usage_errors.extend(errors)
+        items[:] = []
 
     # ------------------------------------------------------------------ per test
 
@@ -111,13 +132,14 @@ class NobreakSession:
     # trylast: run inside pytest's logging wrapper, after it attached its handlers.
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, None, None]:
-        marker_error = item.stash.get(MARKER_ERROR_KEY, None)
-        if marker_error is not None:
-            pytest.fail(f"usage error: {marker_error}", pytrace=False)
         if self._watched(item):
             # A marked test reports its host fallbacks in its failure, so the ASIC backend's
             # once-per-process warning stays unsaid there; an unmarked one is only observed.
-            monitor = Monitor(reset=True, reports_host_fallbacks=OPTIONS_KEY in item.stash)
+            monitor = Monitor(
+                reset=True,
+                reports_host_fallbacks=OPTIONS_KEY in item.stash,
+                root=str(self.config.rootpath),
+            )
             item.stash[MONITOR_KEY] = monitor
             try:
                 from pytest_nobreak._torch_compat import TorchCompatError
@@ -247,6 +269,8 @@ class NobreakSession:
             if self.config.pluginmanager.get_plugin("terminalreporter") is None:
                 for message in self._unique_usage_errors():
                     sys.stderr.write(f"ERROR: {message}\n")
+        if session.exitstatus == pytest.ExitCode.USAGE_ERROR:
+            return  # no test ran: no report or baseline says anything about this run
         from pytest_nobreak.reporting import SessionReporter
 
         self.reporter = SessionReporter(

@@ -102,11 +102,14 @@ def test_all_breaks_of_a_test_are_listed(models: Models) -> None:
 
 
 def test_break_in_a_loop_skips_the_whole_frame(models: Models) -> None:
+    """The print is the root cause, the loop what made Dynamo skip the frame (GB7000)."""
     result = run_marked(models, 'torch.compile(M.loop, backend="eager")(torch.ones(3))')
     assert_fails_with(
         result,
-        "*eager fallback GB7000: graph break in loop",
+        "*eager fallback GB0059 → GB7000: Failed to trace builtin operator",
         f'*at {models.where("loop")}  >  print("iter", i)*',
+        "*then GB7000: torch.compile detected a graph break in a for/while loop.*",
+        "*docs: https://*/gb/gb0059.html",
         figures="graphs=0, graph_breaks=0, eager_frames=1, recompiles=0",
     )
 
@@ -183,8 +186,12 @@ def test_backend_that_raises_keeps_its_error_and_adds_the_breaks(models: Models)
         [
             "*BackendCompilerFailed*",
             "*Captured nobreak call*",
-            "*eager fallback: BackendCompilerFailed",
+            # Raised to the test, not run eagerly: a compile error, and no eager frame.
+            f"{HEADER}(graphs=0, graph_breaks=0, eager_frames=0, recompiles=0)",
+            "*compile error (raised to the caller, nothing ran): BackendCompilerFailed",
+            f"*at {models.where('clean')}  >  def clean(x):*",
             "*why: backend='bad' raised: RuntimeError: cannot handle this graph",
+            "*raised: torch._dynamo.exc.BackendCompilerFailed",
         ]
     )
 
@@ -227,7 +234,8 @@ def test_clean_models_pass(models: Models) -> None:
 
 
 def test_message_stays_short(models: Models) -> None:
-    """Twelve distinct breaks: the first eight in full, the rest counted, ~60 lines at most."""
+    """Twelve distinct breaks: the first eight, the rest counted, ~60 lines at most (hints and
+    docs shared by several breaks are shown once)."""
     funcs = "\n".join(f"def f{i}(x):\n    print('b{i}')\n    return x + {i}\n" for i in range(12))
     models.pytester.makepyfile(
         many=funcs,
@@ -248,5 +256,10 @@ def test_message_stays_short(models: Models) -> None:
     end = text.index("To allow a known break")
     assert len(text[start:end].splitlines()) <= 60
     result.stdout.fnmatch_lines(
-        [f"{HEADER}12 problems*", "8. graph break GB0059*", "... and 4 more (see --nobreak-json*"]
+        [
+            f"{HEADER}12 problems*",
+            "8. graph break GB0059*",
+            "   hints and docs: as for 1.",
+            "... and 4 more (see --nobreak-json*",
+        ]
     )

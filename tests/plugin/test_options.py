@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from pytest_nobreak.config import OPTIONS, NobreakConfig
 from tests.plugin.conftest import Models
 
 QUIET = ("-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning")
@@ -123,6 +126,42 @@ def test_bad_marker_options_are_a_usage_error_naming_the_test(
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
 
 
+def test_every_invalid_marker_of_the_run_is_reported_together(models: Models) -> None:
+    result = run(
+        models,
+        test_bad="""
+        import pytest
+
+        @pytest.mark.no_graph_break(max_recompile=1)
+        def test_typo():
+            pass
+
+        def test_fine():
+            pass
+
+        @pytest.mark.no_graph_break(allow="(")
+        class TestScoped:
+            def test_one(self):
+                pass
+
+            def test_two(self):
+                pass
+        """,
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    marker = "@pytest.mark.no_graph_break"
+    regex = (
+        "allow pattern '(' is not a valid regex: missing ), unterminated subpattern at position 0"
+    )
+    assert [line for line in result.stderr.lines if line.strip()] == [
+        f"ERROR: test_bad.py::test_typo: {marker}: unknown option 'max_recompile' (did you mean "
+        "'max_recompiles'?); known options: max_recompiles, allow, allow_host_fallback",
+        f"ERROR: test_bad.py::TestScoped::test_one: {marker}: {regex}",
+        f"ERROR: test_bad.py::TestScoped::test_two: {marker}: {regex}",
+    ]
+    result.stdout.fnmatch_lines(["*no tests ran in *"])
+
+
 def test_marker_on_a_class_or_module_applies_to_its_tests(models: Models) -> None:
     result = run(
         models,
@@ -206,8 +245,163 @@ def test_unmarked_tests_are_not_watched_without_nobreak_all(models: Models) -> N
         """,
     )
     result.assert_outcomes(passed=1)
-    assert "nobreak compile report" not in result.stdout.str()
-    assert not (models.pytester.path / "report.json").exists()
+    result.stdout.fnmatch_lines(["nobreak: JSON report written to report.json"])
+    assert "nobreak compile report" in result.stdout.str()  # only the file line, no table
+    assert "test_plain.py::test_breaks" not in result.stdout.str()
+    # Written anyway, with no test in it: a CI step uploads it unconditionally.
+    report = json.loads((models.pytester.path / "report.json").read_text())
+    assert report["tests"] == {}
+    assert report["backend"] == "inductor"
+
+
+# ----------------------------------------------------------------------------- ini keys
+
+# One case per ini key: (key, value, the resolved setting, its expected value). A path is
+# relative to the rootdir, the pytester directory.
+INI_CASES = [
+    ("asic_backend", "true", "fixture_backend", "asic"),
+    ("asic_device", "gemmini", "fixture_backend", "asic"),  # implies asic_backend
+    ("asic_roofline", "charts/roof.svg", "roofline_path", "<root>/charts/roof.svg"),
+    ("nobreak_backend", "eager", "fixture_backend", "eager"),
+    ("nobreak_all", "true", "watch_all", True),
+    ("nobreak_json", "out/r.json", "json_path", "<root>/out/r.json"),
+    ("nobreak_baseline", "b.json", "baseline_path", "<root>/b.json"),
+    ("nobreak_strict", "true", "strict", True),
+    # The spellings the ASIC keys had first.
+    ("nobreak_asic_backend", "true", "fixture_backend", "asic"),
+    ("nobreak_asic_device", "tpu_v1", "asic_device", "tpu_v1"),
+    ("nobreak_asic_roofline", "roof.svg", "roofline_path", "<root>/roof.svg"),
+]
+
+
+def settings_from_ini(pytester: pytest.Pytester, ini: str, *args: str) -> NobreakConfig:
+    """The settings a run with this ini and these arguments resolves. Parsed, not configured:
+    an inner session's unconfigure collects garbage, a second with torch loaded."""
+    pytester.makeini(f"[pytest]\n{ini}\n")
+    return NobreakConfig.from_pytest_config(pytester.parseconfig(*args))
+
+
+def test_every_ini_key_is_the_option_name_and_has_a_test() -> None:
+    """The README's rule: --x-y is x_y. Every key (and older spelling) has a case above."""
+    keys = {opt.ini for opt in OPTIONS if opt.ini}
+    assert keys == {opt.flag.removeprefix("--").replace("-", "_") for opt in OPTIONS} - {
+        "nobreak_update_baseline"
+    }
+    old = {key for opt in OPTIONS for key in opt.old_ini}
+    assert {case[0] for case in INI_CASES} == keys | old
+
+
+@pytest.mark.parametrize(("key", "value", "setting", "expected"), INI_CASES)
+def test_each_ini_key_sets_its_option(
+    pytester: pytest.Pytester, key: str, value: str, setting: str, expected: object
+) -> None:
+    settings = settings_from_ini(pytester, f"{key} = {value}")
+    if isinstance(expected, str) and expected.startswith("<root>/"):
+        expected = pytester.path / expected.removeprefix("<root>/")
+    assert getattr(settings, setting) == expected
+    default = settings_from_ini(pytester, "")
+    assert getattr(default, setting) != expected  # the key, not a default, set it
+
+
+def test_the_command_line_wins_over_the_ini(pytester: pytest.Pytester) -> None:
+    settings = settings_from_ini(pytester, "nobreak_json = ini.json", "--nobreak-json", "cli.json")
+    assert settings.json_path == Path("cli.json")  # relative to the invocation directory
+
+
+def test_the_asic_backend_ini_key_runs_the_fixtures_on_the_asic(models: Models) -> None:
+    """The README's rule gave asic_backend, which used to warn "Unknown config option" and run
+    the tests on inductor."""
+    models.pytester.makeini("[pytest]\nasic_backend = true\n")
+    result = run(
+        models,
+        test_dut="""
+        import torch
+        import models as M
+
+        def test_on_the_dut(nobreak_compile, asic):
+            with torch.no_grad():
+                nobreak_compile(M.MLP())(torch.randn(2, 8))
+            assert asic.snapshot().dut_ops == 2
+        """,
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["nobreak: backend=asic, device=default (128x128 ws @ 1 GHz), *"])
+    assert "Unknown config option" not in result.stdout.str() + result.stderr.str()
+
+
+def test_asic_device_implies_asic_backend(models: Models) -> None:
+    result = run(
+        models,
+        "--asic-device",
+        "gemmini",
+        test_dut="""
+        import torch
+        import models as M
+
+        def test_on_the_dut(nobreak_compile, asic):
+            with torch.no_grad():
+                nobreak_compile(M.MLP())(torch.randn(2, 8))
+            assert (asic.config.name, asic.snapshot().dut_ops) == ("gemmini", 2)
+        """,
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["nobreak: backend=asic, device=gemmini (16x16 ws @ 1 GHz), *"])
+
+
+def test_an_ini_device_file_is_relative_to_the_rootdir(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "lab_device.toml"
+    (pytester.path / "devices").mkdir()
+    (pytester.path / "devices" / "lab.toml").write_text(example.read_text())
+    (pytester.path / "sub").mkdir()
+    monkeypatch.chdir(pytester.path / "sub")
+    settings = settings_from_ini(pytester, "asic_device = devices/lab.toml", str(pytester.path))
+    assert settings.asic_config().describe() == "lab64 (64x64 os @ 0.8 GHz)"
+    assert settings_from_ini(pytester, "asic_device = tpu_v1").asic_device == "tpu_v1"
+
+
+@pytest.mark.parametrize(
+    ("ini", "errors"),
+    [
+        (
+            "asic_bakend = true\nnobreak_jsn = r.json",
+            [
+                "ERROR: ini key asic_bakend is not a pytest-nobreak setting (did you mean "
+                "asic_backend?); known keys: asic_backend, asic_device, asic_roofline, "
+                "nobreak_backend, nobreak_all, nobreak_json, nobreak_baseline, nobreak_strict",
+                "ERROR: ini key nobreak_jsn is not a pytest-nobreak setting (did you mean "
+                "nobreak_json?); known keys: *",
+            ],
+        ),
+        (
+            "nobreak_update_baseline = true",
+            [
+                "ERROR: ini key nobreak_update_baseline: --nobreak-update-baseline is a "
+                "command-line action only, so that no ini file leaves every run doing it"
+            ],
+        ),
+        (
+            "asic_backend = true\nnobreak_asic_backend = true",
+            [
+                "ERROR: ini keys asic_backend and nobreak_asic_backend are the same setting "
+                "(--asic-backend): keep only asic_backend"
+            ],
+        ),
+    ],
+    ids=["misspelt", "update-baseline", "both-spellings"],
+)
+def test_a_wrong_ini_key_of_ours_is_a_usage_error(
+    pytester: pytest.Pytester, ini: str, errors: list[str]
+) -> None:
+    pytester.makeini(f"[pytest]\n{ini}\n")
+    pytester.makepyfile(test_x="def test_x(): pass")
+    result = pytester.runpytest(*QUIET)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    lines = [line for line in result.stdout.lines + result.stderr.lines if line.strip()]
+    assert len(lines) == len(errors), lines
+    for line, error in zip(lines, errors, strict=True):
+        assert fnmatch.fnmatchcase(line, error), line
 
 
 # ----------------------------------------------------------------------------- JSON report
@@ -252,6 +446,7 @@ def test_json_report_has_every_watched_test(models: Models) -> None:
                 "file": "models.py",
                 "line": models.line("branch"),
                 "reason": marked["breaks"][0]["reason"],
+                "call_sites": [{"file": "test_json.py", "line": 6}],  # the test's own line
             }
         ],
     }

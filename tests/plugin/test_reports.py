@@ -79,8 +79,9 @@ def assert_no_traceback(result: pytest.RunResult) -> None:
         assert word not in text, text
 
 
-def branch_event(models: Models) -> dict[str, object]:
-    return {
+def branch_event(models: Models, called_from: tuple[str, int] | None = None) -> dict[str, object]:
+    """The JSON of ``models.data_dependent``'s break, ``called_from`` the test's line."""
+    event: dict[str, object] = {
         "kind": "graph_break",
         "gb_id": "GB0170",
         "gb_type": "Data-dependent branching",
@@ -89,6 +90,15 @@ def branch_event(models: Models) -> dict[str, object]:
         "reason": "Detected data-dependent branching (e.g. `if my_tensor.sum() > 0:`). "
         "Dynamo does not support tracing dynamic control flow.",
     }
+    if called_from is not None:
+        event["call_sites"] = [{"file": called_from[0], "line": called_from[1]}]
+    return event
+
+
+def line_of(models: Models, name: str, text: str = "M.data_dependent") -> int:
+    """The line of ``name`` (in the pytester dir) that calls ``text``."""
+    lines = (models.pytester.path / name).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
 
 
 # ---------------------------------------------------------------------- terminal summary
@@ -154,7 +164,7 @@ def test_the_summary_shows_breaks_no_failure_message_showed(models: Models) -> N
 
 def test_json_report_and_junit_properties(models: Models) -> None:
     report = models.pytester.path / "out" / "nobreak.json"
-    # A test from an earlier run that did not run now: its entry is kept, as in the baseline.
+    # An earlier run's report: replaced, so the artifact holds this run's tests only.
     report.parent.mkdir()
     earlier = {"outcome": "passed", "marked": True, "graphs": 1, "graph_breaks": 0}
     earlier |= {"eager_frames": 0, "recompiles": 0, "breaks": []}
@@ -176,13 +186,11 @@ def test_json_report_and_junit_properties(models: Models) -> None:
     assert document["torch"] == str(torch.__version__).split("+", 1)[0]
     tests = document["tests"]
     assert sorted(tests) == [
-        "test_gone.py::test_old",
         "test_suite.py::test_branch",
         "test_suite.py::test_mlp",
         "test_suite.py::test_plain",
         "test_suite.py::test_unmarked",
     ]
-    assert tests["test_gone.py::test_old"] == earlier
     for entry in tests.values():
         assert set(entry) == CORE_KEYS  # no "asic" key: no test reached the simulator
     figures = {"eager_frames": 0, "recompiles": 0}
@@ -192,12 +200,15 @@ def test_json_report_and_junit_properties(models: Models) -> None:
         "graphs": 2,
         "graph_breaks": 1,
         **figures,
-        "breaks": [branch_event(models)],
+        "breaks": [branch_event(models, ("test_suite.py", line_of(models, "test_suite.py")))],
     }
+    # The same break, reached from the unmarked test's own line.
+    unmarked_line = line_of(models, "test_suite.py", "def test_unmarked") + 1
     assert tests["test_suite.py::test_unmarked"] == {
         **tests["test_suite.py::test_branch"],
         "outcome": "passed",
         "marked": False,
+        "breaks": [branch_event(models, ("test_suite.py", unmarked_line))],
     }
     assert tests["test_suite.py::test_mlp"] == {
         "outcome": "passed",
@@ -278,6 +289,58 @@ def test_asic_figures_in_the_json_and_the_baseline(models: Models) -> None:
     )
 
 
+# ---------------------------------------------------------------------- the last line
+
+
+def recorded_baseline(models: Models, **changes: int) -> None:
+    """Record b.json for CLEAN, then set test_mlp's figures to ``changes``."""
+    assert (
+        run(models, "--nobreak-baseline=b.json", "--nobreak-update-baseline", suite=CLEAN).ret == 0
+    )
+    path = models.pytester.path / "b.json"
+    document = json.loads(path.read_text())
+    document["tests"]["test_suite.py::test_mlp"].update(changes)
+    path.write_text(json.dumps(document))
+
+
+def test_a_baseline_regression_ends_with_a_red_line_that_says_so(models: Models) -> None:
+    """The tests passed but the run exits 1: pytest's last line must not be a green "passed"."""
+    recorded_baseline(models, graphs=0)
+    result = run(models, "--nobreak-baseline=b.json", "--color=yes", suite=CLEAN)
+    assert result.ret == 1
+    last = result.stdout.lines[-1]
+    red, bold, reset = "\x1b[31m", "\x1b[1m", "\x1b[0m"
+    assert last.startswith(f"{red}=")
+    assert f"passed{reset}, {red}{bold}1 baseline regression{reset}{red} in " in last
+    # Without the gate failing, pytest's own line is left alone.
+    result = run(models, "--nobreak-baseline=b.json", "--nobreak-update-baseline", suite=CLEAN)
+    assert result.ret == 0
+    assert fnmatch.fnmatchcase(result.stdout.lines[-1], "*= 2 passed in *s =*")
+
+
+def test_the_last_line_counts_regressions_and_strict_misses(models: Models) -> None:
+    recorded_baseline(models, graphs=0, dut_ops=3, host_fallbacks=0, macs=0, cycles=0)
+    result = run(models, "--nobreak-baseline=b.json", suite=CLEAN)
+    assert result.ret == 1
+    # dut_ops 3 -> not measured counts as a fall to 0: two figures, two regression lines.
+    result.stdout.fnmatch_lines(["REGRESSION * graphs 0 -> 1", "REGRESSION * dut_ops 3 -> -"])
+    assert fnmatch.fnmatchcase(
+        result.stdout.lines[-1], "*= 2 passed, 2 baseline regressions in *s =*"
+    )
+
+    path = models.pytester.path / "b.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "tests": {}}))
+    result = run(models, "--nobreak-baseline=b.json", "--nobreak-strict", "-q", suite=CLEAN)
+    assert result.ret == 1
+    assert fnmatch.fnmatchcase(
+        result.stdout.lines[-1], "2 passed, 1 missing from the baseline in *s"
+    )
+    # Not strict: a warning, exit 0, and pytest's own line.
+    result = run(models, "--nobreak-baseline=b.json", "-q", suite=CLEAN)
+    assert result.ret == 0
+    assert fnmatch.fnmatchcase(result.stdout.lines[-1], "2 passed in *s")
+
+
 # ---------------------------------------------------------------------- GitHub Actions
 
 
@@ -312,29 +375,63 @@ def test_github_annotations_and_step_summary(
 # ---------------------------------------------------------------------- errors
 
 
-def test_an_unwritable_json_path_is_one_line(models: Models) -> None:
+@pytest.mark.parametrize(
+    ("path", "error"),
+    [
+        ("adir", "ERROR: JSON report adir: is a directory; pass the path of a file"),
+        (
+            "afile.txt/r.json",
+            "ERROR: JSON report afile.txt/r.json: afile.txt is not a directory; pass another "
+            "--nobreak-json path",
+        ),
+        (
+            "invalid.json",
+            "ERROR: JSON report invalid.json: is not valid JSON: Expecting property name "
+            "enclosed in double quotes at line 1, column 2; delete it or pass another "
+            "--nobreak-json path",
+        ),
+        (
+            "other.json",
+            "ERROR: JSON report other.json: is not a version 1 pytest-nobreak report; delete it "
+            "or pass another --nobreak-json path",
+        ),
+    ],
+    ids=["directory", "under-a-file", "invalid-json", "not-a-report"],
+)
+def test_a_json_path_that_cannot_be_written_stops_the_run_at_start(
+    models: Models, path: str, error: str
+) -> None:
+    """Before any test runs (exit 4, one line), not after an hour of them; a file that is not a
+    report is left as it was."""
+    (models.pytester.path / "adir").mkdir()
     models.pytester.makefile(".txt", afile="not a directory")
-    result = run(models, "--nobreak-json", "afile.txt/r.json", suite=CLEAN)
+    files = {"invalid.json": "{not json", "other.json": "[1, 2]"}
+    for name, text in files.items():
+        (models.pytester.path / name).write_text(text)
+    result = run(models, "--nobreak-json", path, suite=CLEAN)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    lines = [line for line in output(result).splitlines() if line.strip()]
+    assert lines == [error]
+    for name, text in files.items():
+        assert (models.pytester.path / name).read_text() == text
+
+
+def test_a_json_report_that_cannot_be_written_at_the_end_is_one_line(
+    models: Models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk at the end of the run: one line, a red last line, exit 1."""
+
+    def full_disk(target: object, text: str) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("pytest_nobreak.json_report.write_atomic", full_disk)
+    result = run(models, "--nobreak-json", "r.json", suite=CLEAN)
     assert result.ret == 1  # the tests passed; the report could not be written
     result.assert_outcomes(passed=2)
-    errors = nobreak_lines(result)
-    assert errors == [
-        "nobreak: JSON report afile.txt/r.json: cannot be read (Not a directory); "
-        "delete it or pass another --nobreak-json path"
+    assert nobreak_lines(result) == [
+        "nobreak: cannot write JSON report r.json: No space left on device"
     ]
-    assert_no_traceback(result)
-
-
-@pytest.mark.parametrize("content", ["[1, 2]", "{not json"], ids=["not-a-report", "invalid"])
-def test_a_json_path_holding_something_else_is_left_alone(models: Models, content: str) -> None:
-    path = models.pytester.path / "r.json"
-    path.write_text(content)
-    result = run(models, "--nobreak-json", "r.json", suite=CLEAN)
-    assert result.ret == 1
-    errors = nobreak_lines(result)
-    assert len(errors) == 1
-    assert errors[0].startswith("nobreak: JSON report r.json: ")
-    assert path.read_text() == content
+    assert fnmatch.fnmatchcase(result.stdout.lines[-1], "*= 2 passed, 1 report error in *s =*")
     assert_no_traceback(result)
 
 
@@ -373,6 +470,7 @@ def test_a_baseline_that_cannot_be_written_is_one_line(
     assert result.ret == 1
     errors = nobreak_lines(result)
     assert errors == ["nobreak: cannot write baseline b.json: No space left on device"]
+    assert fnmatch.fnmatchcase(result.stdout.lines[-1], "*= 2 passed, 1 report error in *s =*")
     assert path.read_bytes() == recorded
     assert_no_traceback(result)
 
@@ -392,6 +490,7 @@ def test_a_crash_in_one_report_is_one_line_and_the_others_still_run(
         "nobreak: JSON report written to r.json",
         "nobreak: could not write the GitHub Actions output: RuntimeError: boom",
     ]
+    assert fnmatch.fnmatchcase(result.stdout.lines[-1], "*= 2 passed, 1 report error in *s =*")
     assert json.loads((models.pytester.path / "r.json").read_text())["tests"]
     assert_no_traceback(result)
 
@@ -410,11 +509,16 @@ def test_a_crash_in_one_report_is_one_line_and_the_others_still_run(
             "only one of them.",
         ),
         (
+            ("--asic-device", "gemmini", "--nobreak-backend", "inductor"),
+            "ERROR: --asic-device gemmini (which implies --asic-backend) and --nobreak-backend "
+            "inductor contradict each other: pass only one of them.",
+        ),
+        (
             ("--nobreak-backend", "no_such_backend"),
             "ERROR: --nobreak-backend no_such_backend: unknown torch.compile backend; known: *",
         ),
     ],
-    ids=["update-without-baseline", "asic-and-inductor", "unknown-backend"],
+    ids=["update-without-baseline", "asic-and-inductor", "device-and-inductor", "unknown-backend"],
 )
 def test_bad_option_combinations_are_a_usage_error(
     models: Models, args: tuple[str, ...], message: str

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -99,3 +101,65 @@ def test_watch_reports_host_fallbacks_instead_of_the_backends_warning(
         "inside []",
         "after ['AsicHostWarning']",
     ]
+
+
+def recompiling(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+@pytest.mark.parametrize(
+    ("options", "hint"),
+    [
+        ({}, 'To allow a known break: report.check(allow=[r"GB0170"])'),
+        ({"allow": ["GB0170"], "max_recompiles": 0}, "To accept more recompiles: report.check("),
+    ],
+)
+def test_check_spells_the_options_as_check_takes_them(options: dict[str, Any], hint: str) -> None:
+    """Outside pytest, the message says how to pass the options to ``check()``, not the
+    marker's spelling."""
+    with pytest_nobreak.watch() as report:
+        torch.compile(branchy, backend="eager")(torch.ones(3))
+        f = torch.compile(recompiling, backend="eager", dynamic=False)
+        f(torch.ones(2))
+        f(torch.ones(3))
+    with pytest.raises(GraphBreakError) as excinfo:
+        report.check(**options)
+    message = str(excinfo.value)
+    assert message.splitlines()[-1].startswith(hint)
+    assert "pytest.mark" not in message
+
+
+WATCHED_PACKAGE_SCRIPT = """
+import torch
+
+import pytest_nobreak
+from pkg.model import branchy
+
+with pytest_nobreak.watch() as report:
+    torch.compile(branchy, backend="eager")(torch.ones(3))  # the call
+try:
+    report.check()
+except pytest_nobreak.GraphBreakError as exc:
+    print(exc)
+"""
+
+
+def test_outside_pytest_paths_are_relative_to_the_working_directory(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.mkpydir("pkg")
+    pytester.path.joinpath("pkg", "model.py").write_text(
+        "def branchy(x):\n    if x.sum() > 0:\n        return x + 1\n    return x - 1\n"
+    )
+    script = pytester.makepyfile(watched=WATCHED_PACKAGE_SCRIPT)
+    (call,) = [n for n, t in enumerate(script.read_text().splitlines(), 1) if "# the call" in t]
+    result = pytester.runpython(script)
+    assert result.ret == 0, result.stderr.str()
+    result.stdout.fnmatch_lines(
+        [
+            "1. graph break GB0170: Data-dependent branching",
+            "   at pkg/model.py:2  >  if x.sum() > 0:",
+            f"   called from watched.py:{call}  >  torch.compile(branchy, *# the call",
+        ]
+    )
+    assert str(pytester.path) not in result.stdout.str()

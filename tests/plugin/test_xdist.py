@@ -297,6 +297,12 @@ def test_xdist_gives_the_serial_outcomes_messages_and_files(project: Project) ->
                 "MISSING    test_x.py::test_new  not in the baseline (strict)",
             ]
         )
+        # The tests' outcomes, then what failed the run besides them, in one red line.
+        assert re.fullmatch(
+            r"=+ 2 failed, 6 passed, 2 warnings, 2 baseline regressions, 1 missing from the "
+            r"baseline in [\d.]+s =+",
+            result.stdout.lines[-1],
+        ), result.stdout.lines[-1]
         assert_no_traceback(result)
     assert report_section(xdist) == report_section(serial)
     assert project.writes() == []  # a checking run writes nothing
@@ -327,10 +333,11 @@ def earlier_report(project: Project) -> dict[str, object]:
 
 def test_a_keyboard_interrupt_loses_nothing(project: Project) -> None:
     """Serial, so the order is known: the tests before the interrupt are rewritten, the rest
-    keep their entries, and both files stay valid."""
+    keep their entries, and both files stay valid. The report is this run's: the tests that ran
+    before the interrupt, and no entry of the earlier report."""
     true = inflated_baseline(project)
     before = json.loads((project.path / "b.json").read_text())["tests"]
-    gone = earlier_report(project)
+    earlier_report(project)
     project.writes()
     args = ("--nobreak-all", "--nobreak-baseline=b.json", "--nobreak-update-baseline")
     result = project.run(*args, "--nobreak-json=r.json", xdist=False, mode="interrupt")
@@ -344,17 +351,16 @@ def test_a_keyboard_interrupt_loses_nothing(project: Project) -> None:
     assert entries == {nodeid: (true if nodeid in ran else before)[nodeid] for nodeid in before}
 
     tests = project.read_json("r.json")["tests"]
-    assert set(tests) == {"gone.py::t", *ran}
-    assert tests["gone.py::t"] == gone
+    assert set(tests) == ran  # not gone.py::t, the earlier report's
 
 
 def test_an_xdist_run_stopped_by_x_loses_nothing(project: Project) -> None:
     """Which tests finish before the stop varies under xdist; what may not vary: every entry is
     either kept or rewritten with the true figures, the failing test's own entry is rewritten,
-    and the report keeps the tests that did not run."""
+    and the report holds the tests that ran, not those of the earlier report."""
     true = inflated_baseline(project)
     before = json.loads((project.path / "b.json").read_text())["tests"]
-    gone = earlier_report(project)
+    earlier_report(project)
     project.writes()
     args = ("--nobreak-all", "--nobreak-baseline=b.json", "--nobreak-update-baseline")
     result = project.run(*args, "--nobreak-json=r.json", "-x", xdist=True)
@@ -369,7 +375,7 @@ def test_an_xdist_run_stopped_by_x_loses_nothing(project: Project) -> None:
     for nodeid, figures in entries.items():
         assert figures in (before[nodeid], true[nodeid]), nodeid
     tests = project.read_json("r.json")["tests"]
-    assert tests["gone.py::t"] == gone
+    assert "gone.py::t" not in tests  # the earlier report's
     failed = [nodeid for nodeid, entry in tests.items() if entry["outcome"] == "failed"]
     assert failed  # the test that stopped the run is in the report...
     for nodeid in failed:  # ...and, having run to its end, in the baseline
@@ -387,9 +393,9 @@ def test_a_broken_baseline_stops_an_xdist_run_with_one_line(project: Project) ->
     assert project.writes() == []
 
 
-def test_a_bad_marker_is_a_usage_error_under_xdist_too(pytester: pytest.Pytester) -> None:
-    """A worker cannot stop the session (xdist would print an INTERNALERROR): the test errors at
-    setup and the controller exits 4 with the same one line as a serial run."""
+def test_bad_markers_are_a_usage_error_under_xdist_too(pytester: pytest.Pytester) -> None:
+    """A worker cannot stop the session (xdist would print an INTERNALERROR): the workers run
+    nothing and the controller exits 4 with the serial run's lines, each bad marker once."""
     pytester.makepyfile(
         test_bad="""
         import pytest
@@ -400,17 +406,42 @@ def test_a_bad_marker_is_a_usage_error_under_xdist_too(pytester: pytest.Pytester
 
         def test_fine():
             pass
+
+        @pytest.mark.no_graph_break(allow_host_fallback="yes")
+        def test_wrong_type():
+            pass
         """
     )
-    message = (
-        "test_bad.py::test_typo: @pytest.mark.no_graph_break: unknown option 'max_recompile' "
-        "(did you mean 'max_recompiles'?)*"
-    )
-    serial = pytester.runpytest("-p", "no:cacheprovider")
+    errors = [
+        "ERROR: test_bad.py::test_typo: @pytest.mark.no_graph_break: unknown option "
+        "'max_recompile' (did you mean 'max_recompiles'?); known options: max_recompiles, "
+        "allow, allow_host_fallback",
+        "ERROR: test_bad.py::test_wrong_type: @pytest.mark.no_graph_break: allow_host_fallback "
+        "must be True or False, got 'yes'",
+    ]
+    args = ("-p", "no:cacheprovider", "--nobreak-json", "r.json")
+    serial = pytester.runpytest(*args)
     assert serial.ret == pytest.ExitCode.USAGE_ERROR
-    serial.stderr.fnmatch_lines([f"ERROR: {message}"])
-    parallel = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2")
+    assert [line for line in serial.stderr.lines if line.strip()] == errors
+    parallel = pytester.runpytest_subprocess(*args, *UNUSED_PLUGINS, "-n", "2")
     assert parallel.ret == pytest.ExitCode.USAGE_ERROR
-    parallel.stdout.fnmatch_lines([f"ERROR: {message}"])
-    assert parallel.stdout.str().count(f"ERROR: {message[:-1]}") == 1
+    assert [line for line in parallel.stdout.lines if line.startswith("ERROR")] == errors
+    parallel.stdout.fnmatch_lines(["2 workers [0 items]", "*no tests ran in *"])
+    assert "test_bad.py::test_typo" not in parallel.stdout.str().replace(errors[0], "")
     assert "INTERNALERROR" not in parallel.stdout.str() + parallel.stderr.str()
+    assert not (pytester.path / "r.json").exists()  # nothing ran: no report
+
+
+def test_an_xdist_run_without_watched_tests_writes_an_empty_report_once(
+    pytester: pytest.Pytester,
+) -> None:
+    """The report is written whatever ran, by the controller only; the workers, which run the
+    tests, never touch it."""
+    pytester.makepyfile(test_plain="def test_a(): pass\ndef test_b(): pass\n", conftest=CONFTEST)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", *UNUSED_PLUGINS, "-n", "2", "--nobreak-json", "r.json"
+    )
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["nobreak: JSON report written to r.json"])
+    assert (pytester.path / "writes.log").read_text() == "controller r.json\n"
+    assert json.loads((pytester.path / "r.json").read_text())["tests"] == {}

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_nobreak.events import BreakEvent, Figures, OtherSite
+from pytest_nobreak.events import BreakEvent, CallSite, ChainLink, Figures, OtherSite
 from pytest_nobreak.json_report import (
     ReportError,
     TestRecord,
     build_report,
+    check_report_path,
     dump_report,
+    main,
+    merge_files,
     merge_report,
     read_report,
     write_report,
@@ -143,6 +147,30 @@ def test_the_round_trip_drops_only_what_the_report_does_not_carry() -> None:
     )
 
 
+def test_chains_call_sites_and_libraries_survive_the_trip_from_a_worker() -> None:
+    # The controller renders the table from what the workers ship: chains must arrive whole.
+    chained = BreakEvent(
+        kind="eager_fallback",
+        gb_type="Call to `torch._dynamo.graph_break()`",
+        gb_id="GB0025",
+        file="m.py",
+        line=3,
+        reason="User-inserted graph break.",
+        chain=(
+            ChainLink("GB0025", "Call to `torch._dynamo.graph_break()`"),
+            ChainLink("GB0066", "Graph break under GenericContextWrappingVariable"),
+        ),
+        call_sites=(CallSite("m.py", 9), CallSite("test_m.py", 4)),
+        library="os",
+    )
+    record = TestRecord("t", "failed", True, Figures(graphs=1), (chained,))
+    back = TestRecord.from_json("t", json.loads(json.dumps(record.to_json()))).breaks[0]
+    assert back.ids == "GB0025 → GB0066"
+    assert [link.label for link in back.chain] == ["GB0025", "GB0066"]
+    assert back.call_sites == (CallSite("m.py", 9), CallSite("test_m.py", 4))
+    assert back.library == "os"
+
+
 def test_a_record_from_before_host_macs_reads_as_not_measured() -> None:
     data = json.loads(json.dumps(BROKEN.to_json()))
     del data["asic"]["host_macs"]
@@ -183,7 +211,7 @@ def test_testrecord_is_not_collected_as_a_test_class() -> None:
     assert TestRecord.__test__ is False
 
 
-def test_merge_keeps_the_tests_that_did_not_run() -> None:
+def test_merge_keeps_the_tests_the_newer_report_does_not_have() -> None:
     old = build_report("2.12.0", "inductor", "cpu", [CLEAN, BROKEN])
     fixed = TestRecord(BROKEN.nodeid, "passed", True, Figures(graphs=1))
     new = build_report("2.13.0", "asic", "default", [fixed])
@@ -193,24 +221,27 @@ def test_merge_keeps_the_tests_that_did_not_run() -> None:
     assert merge_report(None, new) == new
 
 
-def test_write_report_merges_into_the_existing_file(tmp_path: Path) -> None:
+def test_write_report_replaces_the_existing_file_with_this_run(tmp_path: Path) -> None:
+    """A CI artifact says what this run did: no entry of an earlier run survives."""
     path = tmp_path / "out" / "nobreak.json"
     write_report(path, "2.13.0", "asic", "default", [CLEAN, BROKEN])
     written = write_report(path, "2.13.0", "asic", "default", [CLEAN])
     on_disk = json.loads(path.read_text(encoding="utf-8"))
     assert on_disk == written
-    assert set(on_disk["tests"]) == {CLEAN.nodeid, BROKEN.nodeid}
-    assert on_disk["tests"][BROKEN.nodeid] == BROKEN.to_json()
+    assert set(on_disk["tests"]) == {CLEAN.nodeid}
     assert path.read_text(encoding="utf-8") == dump_report(written)
 
 
-def test_entries_of_a_newer_schema_minor_are_kept_verbatim(tmp_path: Path) -> None:
+def test_a_run_that_watched_no_test_writes_an_empty_report(tmp_path: Path) -> None:
     path = tmp_path / "nobreak.json"
-    old = build_report("2.13.0", "asic", "default", [BROKEN])
-    old["tests"][BROKEN.nodeid]["extra"] = {"kept": True}
-    path.write_text(json.dumps(old))
-    written = write_report(path, "2.13.0", "asic", "default", [CLEAN])
-    assert written["tests"][BROKEN.nodeid]["extra"] == {"kept": True}
+    write_report(path, "2.13.0", "inductor", "", [])
+    assert json.loads(path.read_text()) == {
+        "version": 1,
+        "torch": "2.13.0",
+        "backend": "inductor",
+        "device": "",
+        "tests": {},
+    }
 
 
 @pytest.mark.parametrize(
@@ -224,17 +255,115 @@ def test_entries_of_a_newer_schema_minor_are_kept_verbatim(tmp_path: Path) -> No
         (b'{"version": 1, "tests": {"t": 1}}', '"tests" must be an object'),
     ],
 )
-def test_a_corrupt_existing_report_is_one_line_and_is_left_alone(
+def test_a_file_that_is_not_a_report_is_one_line_and_is_never_replaced(
     tmp_path: Path, content: bytes, expected: str
 ) -> None:
     path = tmp_path / "nobreak.json"
     path.write_bytes(content)
     with pytest.raises(ReportError) as info:
-        write_report(path, "2.13.0", "asic", "default", [CLEAN])
+        check_report_path(path)
     assert expected in str(info.value)
     assert str(info.value).startswith(f"JSON report {path}: ")
+    assert str(info.value).endswith("; delete it or pass another --nobreak-json path")
     assert "\n" not in str(info.value)
     assert path.read_bytes() == content
+
+
+def test_a_report_path_that_cannot_be_written_is_caught_before_writing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "afile.txt").write_text("not a directory")
+
+    def problem(path: str) -> str:
+        with pytest.raises(ReportError) as info:
+            check_report_path(path)
+        return str(info.value)
+
+    assert problem("adir") == "JSON report adir: is a directory; pass the path of a file"
+    assert problem("afile.txt/deeper/r.json") == (
+        "JSON report afile.txt/deeper/r.json: afile.txt is not a directory; "
+        "pass another --nobreak-json path"
+    )
+    check_report_path("new/dirs/r.json")  # missing directories are created when writing
+    assert not (tmp_path / "new").exists()  # ...not when checking
+    check_report_path(tmp_path / "r.json")
+    write_report("r.json", "2.13.0", "asic", "default", [CLEAN])
+    check_report_path("r.json")  # an earlier report is replaced
+
+
+def test_a_directory_without_write_permission_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Simulated: this suite may run as root, who may write anywhere.
+    denied = {tmp_path / "locked"}
+    (tmp_path / "locked").mkdir()
+    real_access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda p, mode: Path(p) not in denied and real_access(p, mode)
+    )
+    with pytest.raises(ReportError) as info:
+        check_report_path(tmp_path / "locked" / "sub" / "r.json")
+    assert str(info.value) == (
+        f"JSON report {tmp_path}/locked/sub/r.json: cannot write in {tmp_path}/locked: "
+        "permission denied; pass another --nobreak-json path"
+    )
+
+
+def test_merge_files_combines_runs_the_last_entry_winning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fixed = TestRecord(BROKEN.nodeid, "passed", True, Figures(graphs=1))
+    write_report(tmp_path / "a.json", "2.13.0", "asic", "default", [CLEAN, BROKEN])
+    write_report(tmp_path / "b.json", "2.13.0", "asic", "default", [fixed])
+    # A newer schema minor's extra keys are copied verbatim.
+    document = json.loads((tmp_path / "b.json").read_text())
+    document["tests"][fixed.nodeid]["extra"] = {"kept": True}
+    (tmp_path / "b.json").write_text(json.dumps(document))
+
+    out = tmp_path / "all.json"
+    assert main(["merge", str(out), str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    assert capsys.readouterr().out == f"merged 2 reports (2 tests) into {out}\n"
+    merged = json.loads(out.read_text())
+    assert merged["tests"] == {
+        CLEAN.nodeid: CLEAN.to_json(),
+        fixed.nodeid: {**fixed.to_json(), "extra": {"kept": True}},
+    }
+    assert out.read_text() == dump_report(merged)
+    # The output may be one of the inputs: accumulate run after run.
+    assert merge_files(tmp_path / "a.json", [tmp_path / "a.json", tmp_path / "b.json"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("second", "expected"),
+    [
+        ("missing", "b.json: does not exist"),
+        (
+            "other torch",
+            "b.json: is from torch '2.12.0', a.json from torch '2.13.0'; "
+            "merge reports of one configuration only",
+        ),
+        ("not a report", "b.json: is not valid JSON: Expecting value at line 1, column 1"),
+    ],
+)
+def test_merge_files_refuses_what_it_cannot_merge_in_one_line(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    second: str,
+    expected: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    write_report("a.json", "2.13.0", "asic", "default", [CLEAN])
+    if second == "other torch":
+        write_report("b.json", "2.12.0", "asic", "default", [BROKEN])
+    elif second == "not a report":
+        Path("b.json").write_text("nope")
+    assert main(["merge", "all.json", "a.json", "b.json"]) == 1
+    err = capsys.readouterr().err
+    assert err == f"error: JSON report {expected}\n"
+    assert not Path("all.json").exists()
 
 
 def test_read_report_of_a_missing_file_is_none(tmp_path: Path) -> None:

@@ -1,12 +1,15 @@
-"""The failure message's host-fallback entries, shares as percentages, and the terminal table."""
+"""The failure message (host-fallback entries, call sites, chains, the allow hint), shares as
+percentages, the terminal table, and what an event puts in the JSON report."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from pytest_nobreak.events import BreakEvent, Figures, OtherSite
+from pytest_nobreak.events import BreakEvent, CallSite, ChainLink, Figures, OtherSite
 from pytest_nobreak.json_report import TestRecord
-from pytest_nobreak.render import allow_hint, percent, render_event, render_failure
+from pytest_nobreak.render import allow_hint, percent, render_event, render_failure, short_path
 from pytest_nobreak.reporting import figures_table
 
 WHY = "torch.float64 operands: the DUT path quantizes float32/bfloat16/float16 only"
@@ -148,3 +151,142 @@ def test_the_table_names_a_host_fallback_by_its_op_and_cost() -> None:
         "    host fallback (ran on the host, not the DUT) at /elsewhere/models.py:14: conv2d "
         "(x3 calls, 884,736 host MACs)"
     )
+
+
+# --------------------------------------------------------------------------- breaks' structure
+
+
+def graph_break(*sites: CallSite, **fields: object) -> BreakEvent:
+    defaults: dict[str, object] = {
+        "kind": "graph_break",
+        "gb_type": "Call to `torch._dynamo.graph_break()`",
+        "gb_id": "GB0025",
+        "file": "helpers.py",
+        "line": 3,
+        "source": "torch._dynamo.graph_break()",
+        "reason": "User-inserted graph break.",
+        "call_sites": sites,
+    }
+    return BreakEvent(**{**defaults, **fields})  # type: ignore[arg-type]
+
+
+TEST_LINE = CallSite("test_m.py", 9, "f(x)")
+
+
+def test_one_call_chain_reads_like_a_traceback_innermost_first() -> None:
+    event = graph_break(CallSite("m.py", 20, "return helper(x)"), TEST_LINE)
+    assert render_event(event, 3)[:4] == [
+        "graph break GB0025: Call to `torch._dynamo.graph_break()`  (x3)",
+        "at helpers.py:3  >  torch._dynamo.graph_break()",
+        "called from m.py:20  >  return helper(x)",
+        "called from test_m.py:9  >  f(x)",
+    ]
+
+
+def test_a_deep_chain_keeps_the_innermost_calls_and_the_tests_line() -> None:
+    deep = [CallSite("m.py", line) for line in range(10, 16)]
+    lines = render_event(graph_break(*deep, TEST_LINE))
+    assert lines[2:6] == [
+        "called from m.py:10",
+        "called from m.py:11",
+        "... (5 more calls)",
+        "called from test_m.py:9  >  f(x)",
+    ]
+
+
+def test_a_break_reached_from_several_call_sites_is_one_entry_with_a_count_per_site() -> None:
+    problems = [
+        graph_break(CallSite("m.py", 20, "r.a = 1"), TEST_LINE),
+        BRANCH,
+        graph_break(CallSite("m.py", 21, "r.b = 2"), TEST_LINE),
+    ]
+    message = render_failure(title="T", figures=Figures(), problems=problems, counts=[1, 1, 2])
+    assert message.splitlines()[:9] == [
+        "T: 4 problems (graphs=0, graph_breaks=0, eager_frames=0, recompiles=0)",
+        "",
+        "1. graph break GB0025: Call to `torch._dynamo.graph_break()`  (x3)",
+        "   at helpers.py:3  >  torch._dynamo.graph_break()",
+        "   called from m.py:20  >  r.a = 1",
+        "   called from m.py:21  >  r.b = 2  (x2)",
+        "   all called from test_m.py:9  >  f(x)",
+        "   why: User-inserted graph break.",
+        "",
+    ]
+    assert "2. graph break GB0170: Data-dependent branching" in message
+
+
+def test_a_chain_shows_the_root_cause_then_what_it_caused() -> None:
+    event = graph_break(
+        kind="eager_fallback",
+        chain=(
+            ChainLink("GB0025", "Call to `torch._dynamo.graph_break()`", "User-inserted."),
+            ChainLink("GB0066", "Graph break under GenericContextWrappingVariable", "In a cm."),
+        ),
+        library="contextlib (contextlib.py:144, in __exit__)",
+    )
+    lines = render_event(event)
+    assert lines[0] == "eager fallback GB0025 → GB0066: Call to `torch._dynamo.graph_break()`"
+    assert lines[2] == "inside contextlib (contextlib.py:144, in __exit__)"
+    assert "then GB0066: In a cm." in lines
+    assert render_event(event, brief=True) == [
+        lines[0],
+        "at helpers.py:3  >  torch._dynamo.graph_break()",
+        "why: User-inserted graph break.",
+    ]
+
+
+def test_hints_shared_by_several_breaks_are_shown_once() -> None:
+    first = graph_break(hints=("Remove the call.",), link="https://x/gb0025.html")
+    second = dataclasses.replace(first, line=7)
+    lines = render_failure(
+        title="T", figures=Figures(), problems=[first, second], counts=[1, 1]
+    ).splitlines()
+    assert lines.count("   hint: Remove the call.") == 1
+    assert "   hints and docs: as for 1." in lines
+
+
+@pytest.mark.parametrize(
+    ("spelling", "expected"),
+    [
+        ("marker", '@pytest.mark.no_graph_break(allow=[r"GB0170"])'),
+        ("check", 'report.check(allow=[r"GB0170"])'),
+    ],
+)
+def test_the_allow_hint_is_spelled_for_where_the_check_runs(spelling: str, expected: str) -> None:
+    assert expected in allow_hint([BRANCH], spelling=spelling)
+    assert allow_hint([CONV], spelling="check") == (
+        "To accept host fallbacks: report.check(allow_host_fallback=True)."
+    )
+
+
+def test_a_relative_path_is_the_users_already() -> None:
+    assert short_path("models.py", "/elsewhere") == "models.py"
+
+
+def test_the_json_of_an_event_adds_its_chain_call_sites_and_library_only_when_set() -> None:
+    event = graph_break(
+        CallSite("m.py", 20, "r.a = 1"),
+        chain=(ChainLink("GB0025", "a"), ChainLink(None, "torch.cond not captured whole")),
+        library="os (<frozen os>:685, in __setitem__)",
+    )
+    data = event.to_json()
+    assert data["chain"] == ["GB0025", "torch.cond not captured whole"]
+    back = tuple(ChainLink.from_label(label) for label in data["chain"])
+    assert [link.gb_id for link in back] == ["GB0025", None]
+    assert [link.label for link in back] == data["chain"]
+    assert data["call_sites"] == [{"file": "m.py", "line": 20}]
+    assert data["library"] == "os (<frozen os>:685, in __setitem__)"
+    assert set(BRANCH.to_json()) == {"kind", "gb_id", "gb_type", "file", "line", "reason"}
+
+
+def test_callers_a_call_site_does_not_share_are_named_on_its_line() -> None:
+    problems = [
+        graph_break(CallSite("m.py", 20, "r.a = 1"), CallSite("m.py", 30), TEST_LINE),
+        graph_break(CallSite("m.py", 21, "r.b = 2"), TEST_LINE),
+    ]
+    lines = render_failure(title="T", figures=Figures(), problems=problems, counts=[1, 1])
+    assert lines.splitlines()[4:7] == [
+        "   called from m.py:20 (from m.py:30)  >  r.a = 1",
+        "   called from m.py:21  >  r.b = 2",
+        "   all called from test_m.py:9  >  f(x)",
+    ]

@@ -1,0 +1,181 @@
+"""Where a break is, as the user reads it: their own line first, every path relative.
+
+Dynamo names the innermost frame of a break, which may be inside torch, the standard library or
+an installed package. A user acts on their own code, so a location is the innermost frame of
+*their* code; the library frame, if the break was in one, is named next to it; and the user's
+lines that called it follow, innermost first. The user's code is every file that is not in the
+standard library, an installed package (``site-packages``), torch, this plugin or the bundled
+backend. Paths are relative to the rootdir (a library file to its install directory).
+
+Pure Python, no torch import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.util
+import linecache
+import os
+import sys
+import sysconfig
+from collections.abc import Sequence
+
+from pytest_nobreak.events import CallSite
+
+#: Call sites kept per break; the outermost one (the test's own line) is always among them.
+MAX_CALL_SITES = 8
+#: Libraries that run the tests: the frames from the innermost of these outwards are the test
+#: runner's, not the user's (and, under pytester, those of an outer test session).
+_RUNNERS = frozenset({"_pytest", "pytest", "pluggy", "unittest"})
+#: Packages of this distribution: their frames are never the user's code.
+_OWN_PACKAGES = ("pytest_nobreak", "asic_backend", "torch")
+
+
+@dataclasses.dataclass(frozen=True)
+class Frame:
+    """A frame of a stack: its file as Python names it (absolute), line and function."""
+
+    file: str
+    line: int | None
+    function: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Location:
+    """Where a break is for the user (see the module docstring); paths as displayed."""
+
+    file: str | None = None
+    line: int | None = None
+    source: str | None = None
+    call_sites: tuple[CallSite, ...] = ()
+    library: str | None = None
+
+
+def locate(stack: Sequence[Frame], root: str) -> Location:
+    """The location of the innermost frame of ``stack`` (outermost frame first)."""
+    stack = _below_runner(stack)
+    if not stack:
+        return Location()
+    innermost = stack[-1]
+    user = [frame for frame in stack if is_user_file(frame.file)]
+    library = None if is_user_file(innermost.file) else describe_library(innermost)
+    if not user:  # the path says where in the library; the name says which
+        shown = display_path(innermost.file, root)
+        return Location(shown, innermost.line, library=library_name(innermost.file))
+    here, *callers = reversed(user)
+    return Location(
+        display_path(here.file, root),
+        here.line,
+        source_line(here.file, here.line),
+        _trim([_call_site(frame, root) for frame in callers]),
+        library,
+    )
+
+
+def _below_runner(stack: Sequence[Frame]) -> list[Frame]:
+    for index in range(len(stack) - 1, -1, -1):
+        if library_name(stack[index].file) in _RUNNERS:
+            return list(stack[index + 1 :])
+    return list(stack)
+
+
+def _call_site(frame: Frame, root: str) -> CallSite:
+    return CallSite(display_path(frame.file, root), frame.line, source_line(frame.file, frame.line))
+
+
+def _trim(sites: list[CallSite]) -> tuple[CallSite, ...]:
+    # The outermost site is the test's (or the script's) own line: keep it whatever the depth.
+    if len(sites) > MAX_CALL_SITES:
+        sites = [*sites[: MAX_CALL_SITES - 1], sites[-1]]
+    return tuple(sites)
+
+
+def source_line(file: str | None, line: int | None) -> str | None:
+    """The text of ``file:line``, stripped, if the file can be read."""
+    if not file or not line:
+        return None
+    text = linecache.getline(file, line).strip()
+    return text or None
+
+
+# --------------------------------------------------------------------------- classification
+
+
+def is_user_file(path: str) -> bool:
+    """Whether ``path`` is the user's code (not a library, not generated code)."""
+    return not path.startswith("<") and _library_root(path) is None
+
+
+def library_name(path: str) -> str | None:
+    """The library ``path`` belongs to (``torch``, ``os``, ``transformers``), or None."""
+    if path.startswith("<"):  # "<frozen os>", "<string>"
+        return path.strip("<>").split()[-1]
+    root = _library_root(path)
+    if root is None:
+        return None
+    first = os.path.relpath(path, root).split(os.sep)[0]
+    return first.removesuffix(".py")
+
+
+def describe_library(frame: Frame) -> str:
+    """``torch (torch/nn/modules/linear.py:125, in forward)``: which library, and where in it."""
+    where = display_path(frame.file, os.getcwd())
+    if frame.line is not None:
+        where += f":{frame.line}"
+    if frame.function:
+        where += f", in {frame.function}"
+    return f"{library_name(frame.file) or 'a library'} ({where})"
+
+
+def display_path(path: str, root: str) -> str:
+    """``path`` as the user reads it: relative to ``root`` for their code, to the install
+    directory for a library's, else to the ``sys.path`` entry it was imported from."""
+    if path.startswith("<") or not os.path.isabs(path):
+        return path
+    library_root = _library_root(path)
+    bases = [library_root] if library_root else [root, *_containing(path, sys.path)]
+    for base in bases:
+        if _is_below(path, base):
+            return os.path.relpath(path, base)
+    return path
+
+
+def _library_root(path: str) -> str | None:
+    """The install directory ``path`` is below if it is a library's file, else None."""
+    parts = path.split(os.sep)
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts:
+            index = len(parts) - 1 - parts[::-1].index(marker)
+            return os.sep.join(parts[: index + 1])
+    for directory, base in _library_dirs():
+        if _is_below(path, directory):
+            return base
+    return None
+
+
+@functools.cache
+def _library_dirs() -> tuple[tuple[str, str], ...]:
+    """``(directory, install root)`` of the standard library and of this distribution's
+    packages (an editable install or a source checkout keeps them outside site-packages)."""
+    paths = sysconfig.get_paths()
+    out = [(d, d) for d in (paths["stdlib"], paths["platstdlib"])]
+    for name in _OWN_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            out.append((location, os.path.dirname(location)))
+    # Both spellings: code objects keep the path they were imported by, symlinks included.
+    both = out + [(os.path.realpath(d), os.path.realpath(b)) for d, b in out]
+    return tuple(dict.fromkeys(both))
+
+
+def _containing(path: str, candidates: Sequence[str]) -> list[str]:
+    below = [c for c in candidates if c and os.path.isabs(c) and _is_below(path, c)]
+    return sorted(below, key=len, reverse=True)[:1]
+
+
+def _is_below(path: str, base: str) -> bool:
+    try:
+        return os.path.commonpath([path, base]) == base
+    except ValueError:  # different drives on Windows
+        return False
