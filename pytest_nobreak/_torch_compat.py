@@ -13,9 +13,13 @@ the plugin silently reporting zero breaks:
 - ``torch._dynamo.convert_frame.CatchErrorsWrapper.__call__``: Dynamo's entry point for every
   frame it has no compiled code for. An exception leaving it reaches the caller (a compile
   error, not an eager run); a call with cached entries is a recompile, whose compiled callable
-  (a module's ``forward`` behind ``wrap_inline``) is in the frame's locals.
-- ``torch._dynamo.utils.counters`` and the compilation metrics: graphs, eager frames, failed
-  compiles (backend fallbacks, recompile limit) and recompile reasons.
+  (a module's ``forward`` behind ``wrap_inline``) is in the frame's locals. What Dynamo adds to
+  ``torch._dynamo.utils.counters`` during the call (graphs, frames, frames compiled) is the
+  frame's: the taps count it there, so code that clears the counters or calls
+  ``torch._dynamo.reset()`` (``torch._dynamo.test_case.TestCase.tearDown``) cannot zero it.
+- ``CompilationMetrics.create``: called once per compile attempt with its record (failed
+  compiles: backend fallbacks, the recompile limit; recompile reasons); tapped for the same
+  reason, instead of reading torch's deque, which a reset clears and which keeps only 64.
 - ``torch._dynamo.eval_frame._callback_from_stance``: called each time a compiled region is
   entered; the only way to see a region silently run eagerly under ``set_stance("force_eager")``,
   ``"eager_on_recompile"`` or ``torch._dynamo.config.disable``, which leave no other trace.
@@ -34,7 +38,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -48,8 +52,6 @@ from torch._dynamo import config as _dynamo_config
 from pytest_nobreak.sites import Frame
 
 MIN_TORCH = (2, 9)
-#: Compile attempts kept per test (torch keeps 64; a test with many recompiles needs more).
-_METRICS_LIMIT = 100_000
 _TRACE_LOGGER = "torch.__trace"
 _GB_LINK_RE = re.compile(r"/gb/gb(\d+)\.html")
 _FIELD_RE = re.compile(r"^\s{0,4}(Explanation|Hint|Developer debug context):\s?(.*)$")
@@ -100,6 +102,13 @@ def check_torch() -> None:
             _eval_frame, "_callback_from_stance", None
         ),
         "torch._dynamo.eval_frame._stance": getattr(_eval_frame, "_stance", None),
+        # vars(), not getattr(): every class has a __call__ (type's).
+        "torch._dynamo.convert_frame.CatchErrorsWrapper.__call__": vars(
+            getattr(_convert_frame, "CatchErrorsWrapper", object)
+        ).get("__call__"),
+        "torch._dynamo.utils.CompilationMetrics.create": getattr(
+            getattr(_dynamo_utils, "CompilationMetrics", None), "create", None
+        ),
     }
     missing = [name for name, value in required.items() if value is None]
     if missing:
@@ -113,7 +122,8 @@ def check_torch() -> None:
 
 
 def reset_dynamo() -> None:
-    """Start from a clean Dynamo: no cached code, zeroed counters, no old compile metrics.
+    """Start from a clean Dynamo, as in a new process: no cached code, zeroed counters, no old
+    compile metrics, ``warn_once`` warnings re-armed.
 
     Without this, code compiled by an earlier test is reused (0 graphs) and compile ids depend
     on test order. ``reset()`` leaves ``counters`` alone, hence the explicit clear.
@@ -121,26 +131,45 @@ def reset_dynamo() -> None:
     torch._dynamo.reset()
     _dynamo_utils.counters.clear()
     _dynamo_utils.clear_compilation_metrics()
-    _dynamo_utils.set_compilation_metrics_limit(_METRICS_LIMIT)
 
 
 @dataclasses.dataclass(frozen=True)
 class CounterView:
-    graphs: int
-    frames_total: int
-    frames_ok: int
+    """What Dynamo counted: graphs compiled, frames it tried to compile, frames it compiled."""
+
+    graphs: int = 0
+    frames_total: int = 0
+    frames_ok: int = 0
 
     @property
     def eager_frames(self) -> int:
         return max(self.frames_total - self.frames_ok, 0)
 
+    def __add__(self, other: CounterView) -> CounterView:
+        return CounterView(
+            self.graphs + other.graphs,
+            self.frames_total + other.frames_total,
+            self.frames_ok + other.frames_ok,
+        )
 
-def read_counters() -> CounterView:
+    def __sub__(self, other: CounterView) -> CounterView:
+        return CounterView(
+            self.graphs - other.graphs,
+            self.frames_total - other.frames_total,
+            self.frames_ok - other.frames_ok,
+        )
+
+
+def _read_counters() -> CounterView:
+    # ``get``, not ``[]``: the counters are a defaultdict, and reading a missing group through
+    # ``[]`` would add it, a change a test iterating the counters could see.
     counters = _dynamo_utils.counters
+    stats: Mapping[str, int] = counters.get("stats", {})
+    frames: Mapping[str, int] = counters.get("frames", {})
     return CounterView(
-        graphs=int(counters["stats"]["unique_graphs"]),
-        frames_total=int(counters["frames"]["total"]),
-        frames_ok=int(counters["frames"]["ok"]),
+        graphs=int(stats.get("unique_graphs", 0)),
+        frames_total=int(frames.get("total", 0)),
+        frames_ok=int(frames.get("ok", 0)),
     )
 
 
@@ -157,23 +186,16 @@ class MetricRecord:
     recompile_reason: str | None
 
 
-def compilation_metrics() -> list[MetricRecord]:
-    out = []
-    for m in _dynamo_utils.get_compilation_metrics():
-        out.append(
-            MetricRecord(
-                compile_id=getattr(m, "compile_id", None),
-                fail_type=getattr(m, "fail_type", None),
-                fail_reason=getattr(m, "fail_reason", None),
-                file=getattr(m, "fail_user_frame_filename", None)
-                or getattr(m, "co_filename", None),
-                line=getattr(m, "fail_user_frame_lineno", None)
-                or getattr(m, "co_firstlineno", None),
-                co_name=getattr(m, "co_name", None),
-                recompile_reason=getattr(m, "recompile_reason", None),
-            )
-        )
-    return out
+def _metric_record(m: Any) -> MetricRecord:
+    return MetricRecord(
+        compile_id=getattr(m, "compile_id", None),
+        fail_type=getattr(m, "fail_type", None),
+        fail_reason=getattr(m, "fail_reason", None),
+        file=getattr(m, "fail_user_frame_filename", None) or getattr(m, "co_filename", None),
+        line=getattr(m, "fail_user_frame_lineno", None) or getattr(m, "co_firstlineno", None),
+        co_name=getattr(m, "co_name", None),
+        recompile_reason=getattr(m, "recompile_reason", None),
+    )
 
 
 def current_compile_id() -> str | None:
@@ -319,7 +341,19 @@ class RawLimitHit:
 
 
 class Sink(Protocol):
-    """Receives raw events while registered (the monitor)."""
+    """Receives raw events while registered (the monitor).
+
+    ``quiet``: the sink reports Dynamo's graph-break WARNINGs itself (a marked test's failure
+    message), so while it is registered they are kept from the logging handlers. An observer
+    is not quiet: every handler then sees exactly what it sees without pytest-nobreak.
+    """
+
+    @property
+    def quiet(self) -> bool: ...
+
+    def on_frame(self, counted: CounterView) -> None: ...
+
+    def on_metric(self, record: MetricRecord) -> None: ...
 
     def on_graph_break(self, event: RawGraphBreak) -> None: ...
 
@@ -335,6 +369,10 @@ class Sink(Protocol):
 _sinks: list[Sink] = []
 _install_lock = threading.Lock()
 _installed = False
+#: How deep in Dynamo's entry point this thread is: only the outermost call counts what Dynamo
+#: counted, so a compile nested in another (a backend calling a compiled function) is not
+#: counted twice.
+_entry = threading.local()
 
 
 def _dispatch(method: str, event: object) -> None:
@@ -437,6 +475,7 @@ def _install_taps() -> None:
 
         _eval_frame._callback_from_stance = callback_from_stance
         _install_entry_tap()
+        _install_metrics_tap()
 
         noise_filter = _DynamoWarningFilter()
         for name in _NOISY_LOGGERS:
@@ -445,15 +484,10 @@ def _install_taps() -> None:
 
 
 def _install_entry_tap() -> None:
-    """Tap Dynamo's per-frame entry point for recompiles and errors raised to the caller.
-
-    Optional: without it (another torch layout), compile errors are reported from the
-    compilation metrics as eager fallbacks, and recompiles at the compiled code's definition.
-    """
-    wrapper = getattr(_convert_frame, "CatchErrorsWrapper", None)
-    original = vars(wrapper).get("__call__") if isinstance(wrapper, type) else None
-    if wrapper is None or original is None:
-        return
+    """Tap Dynamo's per-frame entry point: what it counted for the frame, recompiles, and
+    errors raised to the caller."""
+    wrapper = _convert_frame.CatchErrorsWrapper
+    original = wrapper.__call__
 
     @functools.wraps(original)
     def call(self: Any, frame: Any, cache_entry: Any, frame_state: Any) -> Any:
@@ -463,23 +497,39 @@ def _install_entry_tap() -> None:
             # Dynamo only calls in on a cache miss; with entries cached, that is a recompile.
             _, definition = _compiled_callable(frame)
             _dispatch("on_recompile", RawRecompile(definition, tuple(_stack_above_dynamo(1))))
-        before = _frame_counts()
+        depth = getattr(_entry, "depth", 0)
+        before = _read_counters()
+        _entry.depth = depth + 1
         try:
             return original(self, frame, cache_entry, frame_state)
         except Exception as exc:
             _dispatch("on_compile_error", _compile_error_event(exc, frame, before))
             raise
+        finally:
+            _entry.depth = depth
+            if depth == 0:
+                _dispatch("on_frame", _read_counters() - before)
 
-    wrapper.__call__ = call
+    wrapper.__call__ = call  # type: ignore[method-assign]
 
 
-def _frame_counts() -> tuple[int, int]:
-    frames = _dynamo_utils.counters["frames"]
-    return int(frames["total"]), int(frames["ok"])
+def _install_metrics_tap() -> None:
+    """Tap the creation of each compile attempt's metrics record."""
+    metrics = _dynamo_utils.CompilationMetrics
+    original = metrics.create
+
+    @functools.wraps(original)
+    def create(cls: Any, values: Any) -> Any:
+        record = original.__func__(cls, values)  # type: ignore[attr-defined]
+        if _sinks:
+            _dispatch("on_metric", _metric_record(record))
+        return record
+
+    metrics.create = classmethod(create)  # type: ignore[method-assign, assignment]
 
 
-def _compile_error_event(exc: Exception, frame: Any, before: tuple[int, int]) -> RawCompileError:
-    total, ok = _frame_counts()
+def _compile_error_event(exc: Exception, frame: Any, before: CounterView) -> RawCompileError:
+    now = _read_counters()
     compile_id = getattr(exc, "compile_id", None)
     cls = type(exc)
     # Without a stack from Dynamo (a backend's own error), the error is about the compiled
@@ -491,7 +541,8 @@ def _compile_error_event(exc: Exception, frame: Any, before: tuple[int, int]) ->
         text=str(exc),
         stack=_user_stack(getattr(exc, "real_stack", None), definition, 2),
         compile_id=str(compile_id) if compile_id is not None else None,
-        counted_as_eager=total > before[0] and ok == before[1],
+        counted_as_eager=now.frames_total > before.frames_total
+        and now.frames_ok == before.frames_ok,
     )
 
 
@@ -563,11 +614,13 @@ def _silent_eager_event(cause: str) -> RawSilentEager:
 
 
 class _DynamoWarningFilter(logging.Filter):
-    """Swallows Dynamo's multi-line graph-break WARNINGs while a monitor is listening.
+    """Reads the recompile-limit WARNING (where its location comes from) while a monitor is
+    listening, and swallows Dynamo's multi-line graph-break WARNINGs while a quiet one is.
 
-    The monitor renders the same facts in a few lines at the user's own code; letting the
-    originals through would put 40-line dumps in every failure's captured output. The
-    recompile-limit WARNING is also where its location comes from, so it is forwarded first.
+    A marked test's failure renders the same facts in a few lines at the user's own code;
+    letting the originals through would put 40-line dumps in its captured output. An observer
+    (an unmarked test) filters nothing: ``caplog``, ``assertLogs`` and the user's handlers see
+    the records they see without the plugin.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -576,7 +629,8 @@ class _DynamoWarningFilter(logging.Filter):
         message = str(record.msg)
         if message.startswith("torch._dynamo hit config."):
             self._forward_limit_hit(record)
-            return False
+        if not any(sink.quiet for sink in list(_sinks)):
+            return True
         return not message.startswith(_NOISY_PREFIXES)
 
     @staticmethod

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 DEFAULT_BACKEND = "inductor"
 ASIC_BACKEND = "asic"
+#: ``--nobreak-unmarked``: breaks in unmarked tests are reported, or also fail the run.
+UNMARKED_CHOICES = ("report", "fail")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,8 +33,11 @@ class Option:
     """
 
     flag: str
-    kind: str  # "bool" | "string" | "path"
+    kind: str  # "bool" | "string" | "path" | "choice"
     help: str
+    #: The values a "choice" takes; anything else is a usage error, on the command line and in
+    #: the ini file alike.
+    choices: tuple[str, ...] = ()
     #: A one-off action that must not be switched on for good by an ini file.
     cli_only: bool = False
     #: Earlier spellings of the ini key, still read (``nobreak_asic_backend``).
@@ -76,7 +81,14 @@ OPTIONS = (
     Option(
         "--nobreak-all",
         "bool",
-        "watch every test; breaks in unmarked tests are reported, not failed",
+        "watch every test; unmarked tests are only observed and their breaks reported",
+    ),
+    Option(
+        "--nobreak-unmarked",
+        "choice",
+        "what breaks in unmarked tests do: 'report' (default) or 'fail' the run (their outcomes "
+        "stay theirs); 'fail' implies --nobreak-all",
+        choices=UNMARKED_CHOICES,
     ),
     Option(
         "--nobreak-json",
@@ -111,6 +123,10 @@ def add_options(parser: pytest.Parser) -> None:
         if opt.kind == "bool":
             group.addoption(
                 opt.flag, action="store_true", default=None, dest=opt.dest, help=opt.help
+            )
+        elif opt.kind == "choice":
+            group.addoption(
+                opt.flag, default=None, dest=opt.dest, choices=opt.choices, help=opt.help
             )
         else:
             group.addoption(
@@ -182,6 +198,8 @@ class NobreakConfig:
     asic: bool = False
     asic_device: str | None = None
     watch_all: bool = False
+    #: Breaks in unmarked tests fail the run (``--nobreak-unmarked fail``).
+    fail_unmarked: bool = False
     json_path: Path | None = None
     baseline_path: Path | None = None
     update_baseline: bool = False
@@ -244,11 +262,14 @@ class NobreakConfig:
                 f"{why} and --nobreak-backend {backend} contradict each other: "
                 "pass only one of them."
             )
+        # Failing on unmarked tests' breaks asks for unmarked tests to be watched.
+        fail_unmarked = _choice(config, _OPTION["--nobreak-unmarked"], values) == "fail"
         return cls(
             backend=backend or DEFAULT_BACKEND,
             asic=asic,
             asic_device=device,
-            watch_all=bool(values["--nobreak-all"]),
+            watch_all=bool(values["--nobreak-all"]) or fail_unmarked,
+            fail_unmarked=fail_unmarked,
             json_path=path("--nobreak-json"),
             baseline_path=baseline,
             update_baseline=update,
@@ -269,6 +290,21 @@ def _ini_device(spec: str, rootpath: Path) -> str:
     if spec in PRESETS or Path(spec).is_absolute():
         return spec
     return str(rootpath / spec)
+
+
+def _choice(config: pytest.Config, opt: Option, values: dict[str, Any]) -> str:
+    """The value of a "choice" option, its first choice when unset. argparse checks the command
+    line; an ini value is checked here, so a typo is not quietly the default."""
+    value = values[opt.flag]
+    if value is None:
+        return opt.choices[0]
+    if value not in opt.choices:
+        close = difflib.get_close_matches(str(value), opt.choices, n=1)
+        suggestion = f" (did you mean {close[0]}?)" if close else ""
+        raise pytest.UsageError(
+            f"ini key {opt.ini}: {value!r} is not one of {', '.join(opt.choices)}{suggestion}"
+        )
+    return str(value)
 
 
 def _value(config: pytest.Config, opt: Option) -> Any:

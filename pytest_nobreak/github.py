@@ -43,18 +43,20 @@ def workflow_commands(
     *,
     rootdir: str | None = None,
     update_command: str = f"pytest {UPDATE_OPTION}",
+    fail_unmarked: bool = False,
 ) -> list[str]:
     """Workflow commands (``::error ...::msg``) for the breaks and the baseline drift.
 
-    One annotation per distinct break, at its file and line, naming the tests it occurred in:
-    ``error`` when it failed a marked test, ``warning`` when it was only observed. Baseline
+    One annotation per distinct break the reports name (``TestRecord.reported_breaks``), at
+    its file and line, naming the tests it occurred in: ``error`` when it failed a marked test
+    or, with ``fail_unmarked``, the run; ``warning`` when it was only observed. Baseline
     regressions and missing entries are ``error`` when they fail the run and ``warning`` when
     they do not. Paths are made relative to ``workspace`` (``GITHUB_WORKSPACE``) so GitHub can
     attach them to the diff; relative paths (test ids, and break files as the plugin records
     them) are taken relative to ``rootdir`` when it is given. ``update_command`` is the command
     the messages tell the user to run to accept a change.
     """
-    lines = _break_annotations(records, workspace, rootdir)
+    lines = _break_annotations(records, workspace, rootdir, fail_unmarked)
     if comparison is not None:
         lines += _baseline_annotations(comparison, workspace, rootdir, update_command)
     return lines
@@ -72,9 +74,10 @@ def step_summary_markdown(records: Sequence[TestRecord], comparison: Comparison 
     statuses = _statuses(rows, comparison)
     shown = rows
     if len(rows) > MAX_ROWS:
-        shown = [r for r in rows if statuses[r.nodeid] != "passed" or r.breaks][:MAX_ROWS]
+        shown = [r for r in rows if statuses[r.nodeid] != "passed" or r.reported_breaks]
+        shown = shown[:MAX_ROWS]
 
-    broken = sum(1 for r in rows if r.breaks)
+    broken = sum(1 for r in rows if r.reported_breaks)
     out = ["### pytest-nobreak", ""]
     out.append(f"{len(rows)} watched tests, {broken} with graph breaks or eager fallbacks.")
     if comparison is not None:
@@ -118,6 +121,7 @@ def emit(
     stream: TextIO,
     rootdir: str | None = None,
     update_command: str = f"pytest {UPDATE_OPTION}",
+    fail_unmarked: bool = False,
 ) -> list[str]:
     """Write the annotations to ``stream`` when ``GITHUB_ACTIONS`` is ``"true"``, and append the
     summary to the file named by ``GITHUB_STEP_SUMMARY`` when it is set.
@@ -134,6 +138,7 @@ def emit(
             comparison,
             rootdir=rootdir,
             update_command=update_command,
+            fail_unmarked=fail_unmarked,
         ):
             stream.write(line + "\n")
         stream.flush()
@@ -148,14 +153,15 @@ def emit(
 
 
 def _break_annotations(
-    records: Iterable[TestRecord], workspace: str | None, rootdir: str | None
+    records: Iterable[TestRecord], workspace: str | None, rootdir: str | None, fail_unmarked: bool
 ) -> list[str]:
     # A model shared by many tests breaks at the same line in each; GitHub shows only a few
     # annotations per step, so one per distinct break, listing the tests, keeps them all visible.
     found: dict[tuple[str, int, str, str, str, str], tuple[BreakEvent, Level, list[str]]] = {}
     for record in records:
-        level: Level = "error" if record.marked and record.outcome == "failed" else "warning"
-        for event in record.breaks:
+        failed = record.outcome == "failed" if record.marked else fail_unmarked
+        level: Level = "error" if failed else "warning"
+        for event in record.reported_breaks:
             key = (
                 event.file or "",
                 event.line or 0,

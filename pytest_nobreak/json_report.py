@@ -79,6 +79,17 @@ class TestRecord:
     figures: Figures
     breaks: tuple[BreakEvent, ...] = ()
 
+    @property
+    def reported_breaks(self) -> tuple[BreakEvent, ...]:
+        """The breaks the terminal summary, JUnit and GitHub report: every break of a marked
+        test; an unmarked test's but its compile errors. An error raised to an unmarked test is
+        the test's own business: if it handled it, the rejection was expected (``pytest.raises``
+        around a ``fullgraph=True`` compile); if not, the test failed with it. The JSON report
+        keeps every break, with its kind."""
+        if self.marked:
+            return self.breaks
+        return tuple(event for event in self.breaks if event.kind != "compile_error")
+
     def to_json(self) -> dict[str, Any]:
         """The test's entry under ``tests`` in the report (the nodeid is the key, not a field).
 

@@ -7,6 +7,7 @@ from the workers, so appending these in a runtest hook is all it takes.
 from __future__ import annotations
 
 from pytest_nobreak.json_report import TestRecord
+from pytest_nobreak.render import event_line
 
 __all__ = ["PREFIX", "junit_properties"]
 
@@ -14,5 +15,9 @@ PREFIX = "nobreak_"
 
 
 def junit_properties(record: TestRecord) -> list[tuple[str, object]]:
-    """``[("nobreak_graphs", 1), ("nobreak_graph_breaks", 0), ...]``: every measured figure."""
-    return [(PREFIX + name, value) for name, value in record.figures.as_dict().items()]
+    """``[("nobreak_graphs", 1), ("nobreak_graph_breaks", 0), ...]``: every measured figure,
+    then a ``nobreak_break`` per break the reports name (for an unmarked test, the only place
+    in the JUnit file its breaks show: it is not failed for them)."""
+    figures = [(PREFIX + name, value) for name, value in record.figures.as_dict().items()]
+    breaks = [(PREFIX + "break", event_line(event)) for event in record.reported_breaks]
+    return [*figures, *breaks]

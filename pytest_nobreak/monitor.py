@@ -8,7 +8,10 @@
 >>> report.check()            # raises GraphBreakError listing every break, if any
 
 Every compile region that runs inside the block is watched, whatever its backend. The report
-is live: its figures can be read while the block runs, and are final once it exits.
+is live: its figures can be read while the block runs, and are final once it exits. They come
+from the monitor's own taps (what Dynamo and the simulated DUT counted while the block ran),
+not from torch's global counters, so code in the block that calls ``torch._dynamo.reset()``
+or clears ``torch._dynamo.utils.counters`` cannot zero them.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from pytest_nobreak.asic_counts import AsicCounts, minus
 from pytest_nobreak.events import (
     HOST_FALLBACK_PREFIX,
     BreakEvent,
@@ -72,11 +76,13 @@ class CompileReport:
     counts: dict[tuple[object, ...], int] = dataclasses.field(default_factory=dict)
     recompile_reasons: list[str] = dataclasses.field(default_factory=list)
     recompile_site: Location | None = None
-    asic_before: CounterSnapshot | None = None
-    asic_after: CounterSnapshot | None = None
     run_macs: int | None = None
-    _finished: bool = False
-    _final: tc.CounterView | None = None
+    #: What Dynamo counted for the frames it was asked to compile in the block.
+    _counted: tc.CounterView | None = None
+    #: What ran on the simulated DUT in the block (``None`` until the simulator is imported) ...
+    _asic: AsicCounts = dataclasses.field(default_factory=AsicCounts)
+    #: ... less the repeated calls a benchmark made (see ``discount_asic``).
+    _asic_discount: CounterSnapshot | None = None
     #: Eager runs Dynamo's frame counters miss (the rest of a frame after a break it could not
     #: resume from, a region entered under an eager stance) ...
     _eager_missed: int = 0
@@ -85,24 +91,17 @@ class CompileReport:
 
     # ----------------------------------------------------------------- figures
 
-    def _counters(self) -> tc.CounterView:
-        if self._final is not None:
-            return self._final
-        from pytest_nobreak import _torch_compat
-
-        return _torch_compat.read_counters()
-
     @property
     def graphs(self) -> int:
-        return self._counters().graphs
+        return self._counted.graphs if self._counted is not None else 0
 
     @property
     def eager_frames(self) -> int:
         """Frames that ran eagerly, whole or in part: every skipped frame, the rest of a frame
         after a break Dynamo could not resume from, and every region entered under an eager
         stance. A frame whose compile error reached the caller did not run: not counted."""
-        skipped = max(self._counters().eager_frames - self._eager_not_run, 0)
-        return skipped + self._eager_missed
+        counted = self._counted.eager_frames if self._counted is not None else 0
+        return max(counted - self._eager_not_run, 0) + self._eager_missed
 
     @property
     def graph_breaks(self) -> int:
@@ -112,11 +111,7 @@ class CompileReport:
 
     @property
     def recompiles(self) -> int:
-        if self._finished:
-            return len(self.recompile_reasons)
-        from pytest_nobreak import _torch_compat
-
-        return sum(1 for m in _torch_compat.compilation_metrics() if m.recompile_reason)
+        return len(self.recompile_reasons)
 
     @property
     def breaks(self) -> tuple[BreakEvent, ...]:
@@ -124,12 +119,12 @@ class CompileReport:
 
     @property
     def asic(self) -> CounterSnapshot | None:
-        """This block's ASIC counters (DUT ops, host fallbacks, DUT and host MACs, cycles), if
-        any ran."""
-        after = self.asic_after if self._finished else _asic_snapshot()
-        if after is None:
-            return None
-        return after if self.asic_before is None else _minus(after, self.asic_before)
+        """This block's ASIC counters (DUT ops, host fallbacks, DUT and host MACs, cycles);
+        ``None`` when the simulator was never imported."""
+        total = self._asic.total
+        if total is None or self._asic_discount is None:
+            return total
+        return minus(total, self._asic_discount)
 
     def discount_asic(self, counters: CounterSnapshot) -> None:
         """Leave ``counters`` out of this report's ASIC figures.
@@ -137,7 +132,8 @@ class CompileReport:
         A benchmark calls the model many times; its figures (what the baseline gates on) must be
         those of one call whatever the number of rounds, so the repeated calls are discounted.
         """
-        self.asic_before = counters if self.asic_before is None else self.asic_before + counters
+        discount = self._asic_discount
+        self._asic_discount = counters if discount is None else discount + counters
 
     def figures(self) -> Figures:
         core = Figures(
@@ -247,26 +243,32 @@ def allow_text(event: BreakEvent) -> str:
 class Monitor:
     """Collects Dynamo's events into a ``CompileReport`` between ``start()`` and ``stop()``.
 
-    ``reports_host_fallbacks``: whoever started it reports every host fallback itself (a marked
-    test's failure, ``watch()``'s ``check()``), so the ASIC backend's once-per-process warning
-    is not issued between ``start()`` and ``stop()``, nor spent there. An observer (an unmarked
-    test) leaves it off and changes nothing.
+    ``reset``: start from a clean Dynamo (``torch._dynamo.reset()``, cleared counters and
+    compile metrics) and zeroed simulated devices, so nothing compiled before can hide a break.
+    Without it the monitor changes no state: the figures count what the block compiled itself.
+
+    ``reports``: whoever started it reports what it sees (a marked test's failure,
+    ``watch()``'s ``check()``). Dynamo's multi-line graph-break WARNINGs are then kept from the
+    logging handlers (the report says the same in a few lines), and the ASIC backend's
+    once-per-process warning about host fallbacks is not issued between ``start()`` and
+    ``stop()``, nor spent there. An observer (an unmarked test) leaves both alone.
 
     ``root``: event paths are relative to it (pytest's rootdir; default: the working directory
     when the monitor starts).
     """
 
     def __init__(
-        self, *, reset: bool = True, reports_host_fallbacks: bool = False, root: str | None = None
+        self, *, reset: bool = True, reports: bool = True, root: str | None = None
     ) -> None:
         self.report = CompileReport()
         self._reset = reset
-        self._reports_host_fallbacks = reports_host_fallbacks
+        self._reports = reports
         self._root = root
         self._lock = threading.Lock()
         self._cm: Any = None
         self._notices: Any = None
-        self._asic_start: CounterSnapshot | None = None
+        self._counted: tc.CounterView | None = None
+        self._metrics: list[tc.MetricRecord] = []
         self._limit_hits: list[tuple[tc.RawLimitHit, Location | None]] = []
         self._last_recompile: Location | None = None
         self._skip_compile_ids: set[str | None] = set()
@@ -275,6 +277,11 @@ class Monitor:
     def root(self) -> str:
         return self._root or os.getcwd()
 
+    @property
+    def quiet(self) -> bool:
+        """Whether Dynamo's graph-break WARNINGs are kept from the logging handlers."""
+        return self._reports
+
     def start(self) -> CompileReport:
         from pytest_nobreak import _torch_compat
 
@@ -282,9 +289,8 @@ class Monitor:
         self._root = self.root
         if self._reset:
             _torch_compat.reset_dynamo()
-        _reset_asic()
-        self.report.asic_before = None if self._reset else _asic_snapshot()
-        self._asic_start = _asic_snapshot()
+        self.report._counted = _torch_compat.CounterView()
+        self.report._asic.start(reset_devices=self._reset)
         self._cm = _torch_compat.tapped(self)
         self._cm.__enter__()
         cause = _torch_compat.silent_eager_now()
@@ -292,7 +298,7 @@ class Monitor:
             # Already set before the block: record it even if no region runs, since a
             # compile that would run later in the same process is silently disabled too.
             self._add_silent(cause, None, Location())
-        if self._reports_host_fallbacks:
+        if self._reports:
             # Last, so nothing after it can fail and leave it entered. The module is torch-free,
             # but it is imported here, not at the top: plugin.py imports this module.
             from asic_backend.notices import host_fallbacks_reported
@@ -313,17 +319,13 @@ class Monitor:
 
         self._cm.__exit__(None, None, None)
         self._cm = None
-        self._collect_metrics(_torch_compat)
         report = self.report
-        report.asic_after = _asic_snapshot()
-        if report.asic_after is not None:
-            run = report.asic_after
-            if self._asic_start is not None:
-                run = _minus(run, self._asic_start)
+        report._asic.stop()
+        self._collect_metrics(_torch_compat)
+        run = report._asic.total
+        if run is not None:
             report.run_macs = run.macs + run.host_macs
         self._collect_host_fallbacks()
-        report._final = _torch_compat.read_counters()
-        report._finished = True
         return report
 
     def _exit_notices(self) -> None:
@@ -340,6 +342,23 @@ class Monitor:
             self.report.add(event)
 
     # ----------------------------------------------------------------- Dynamo's events
+
+    def on_frame(self, counted: tc.CounterView) -> None:
+        with self._lock:
+            report = self.report
+            report._counted = counted if report._counted is None else report._counted + counted
+        # A compile with the ASIC backend imports the simulator: count from here on, before
+        # the compiled graph runs on it.
+        report._asic.poll()
+
+    def on_metric(self, record: tc.MetricRecord) -> None:
+        with self._lock:
+            self._metrics.append(record)
+            if record.recompile_reason:
+                lines = record.recompile_reason.strip().splitlines()
+                self.report.recompile_reasons.append(lines[-1].strip(" -") if lines else "")
+                if self.report.recompile_site is None:
+                    self.report.recompile_site = self._locate(_frame_of(record.file, record.line))
 
     def on_graph_break(self, raw: tc.RawGraphBreak) -> None:
         from pytest_nobreak import _torch_compat as tc
@@ -436,12 +455,7 @@ class Monitor:
         final graph, the recompile limit, errors suppressed into eager runs; and recompile
         reasons."""
         limit_hits = list(self._limit_hits)
-        for m in tc.compilation_metrics():
-            if m.recompile_reason:
-                first = m.recompile_reason.strip().splitlines()
-                self.report.recompile_reasons.append(first[-1].strip(" -") if first else "")
-                if self.report.recompile_site is None:
-                    self.report.recompile_site = self._locate(_frame_of(m.file, m.line))
+        for m in self._metrics:
             if not m.fail_type or m.compile_id in self._skip_compile_ids:
                 continue
             parsed = tc.parse_graph_break_message(m.fail_reason or "")
@@ -484,7 +498,7 @@ class Monitor:
         """One event per (op, reason): a model with dozens of host ops, all for the same reason
         (autograd is live, float64 weights), reads as a few entries, not dozens."""
         groups: dict[tuple[str, str], list[HostFallbackStats]] = {}
-        for stats in _asic_host_fallback_stats():
+        for stats in self.report._asic.sites.values():
             groups.setdefault((stats.site.op, stats.site.reason), []).append(stats)
         # Most host MACs first (stable, so ties keep first-seen order): when the message lists
         # only the first few problems, the costliest ones are the ones shown.
@@ -565,51 +579,12 @@ def watch(*, reset: bool = True) -> Iterator[CompileReport]:
     """Watch every torch.compile region that runs in the block.
 
     ``reset=True`` (the default) starts from a clean Dynamo state, so cached code from earlier
-    compiles cannot hide a break. Call ``report.check()`` afterwards to raise on any break.
+    compiles cannot hide a break; ``reset=False`` changes no state, and the figures count what
+    the block compiled itself. Call ``report.check()`` afterwards to raise on any break.
     """
-    monitor = Monitor(reset=reset, reports_host_fallbacks=True)
+    monitor = Monitor(reset=reset, reports=True)
     report = monitor.start()
     try:
         yield report
     finally:
         monitor.stop()
-
-
-# --------------------------------------------------------------------------- ASIC counters
-# The simulator is optional: these read its side registry only if asic_backend was imported.
-
-
-def _asic_device_module() -> Any:
-    import sys
-
-    if "asic_backend.device" not in sys.modules:
-        return None
-    return sys.modules["asic_backend.device"]
-
-
-def _asic_snapshot() -> CounterSnapshot | None:
-    device = _asic_device_module()
-    return device.total_snapshot() if device is not None else None
-
-
-def _reset_asic() -> None:
-    device = _asic_device_module()
-    if device is not None:
-        device.reset_all()
-
-
-def _asic_host_fallback_stats() -> list[HostFallbackStats]:
-    device = _asic_device_module()
-    return list(device.all_host_fallback_stats()) if device is not None else []
-
-
-def _minus(after: CounterSnapshot, before: CounterSnapshot) -> CounterSnapshot:
-    return dataclasses.replace(
-        after,
-        dut_ops=after.dut_ops - before.dut_ops,
-        host_fallbacks=after.host_fallbacks - before.host_fallbacks,
-        macs=after.macs - before.macs,
-        host_macs=after.host_macs - before.host_macs,
-        cycles=after.cycles - before.cycles,
-        bytes_moved=after.bytes_moved - before.bytes_moved,
-    )

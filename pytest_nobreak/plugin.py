@@ -44,6 +44,8 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     if settings is None:
         return None
     scope = "every test" if settings.watch_all else "marked tests"
+    if settings.fail_unmarked:
+        scope += " (breaks in unmarked tests fail the run)"
     if settings.fixture_backend == ASIC_BACKEND:
         device = settings.asic_config().describe()
         return f"nobreak: backend=asic, device={device}, watching {scope}"

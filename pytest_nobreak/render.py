@@ -89,6 +89,19 @@ def host_fallback_summary(event: BreakEvent, run_macs: int | None = None) -> str
     return ", ".join(parts)
 
 
+def event_line(event: BreakEvent) -> str:
+    """One break in one line, as the compile report's table lists it under its test:
+    ``graph break GB0170 at models.py:12: Data-dependent branching``."""
+    where = short_path(event.file) or "<unknown>"
+    if event.line is not None:
+        where += f":{event.line}"
+    gb = f" {event.ids}" if event.ids else ""
+    what = event.title
+    if event.kind == "host_fallback":
+        what += f" ({host_fallback_summary(event)})"
+    return f"{KIND_LABELS.get(event.kind, event.kind)}{gb} at {where}: {what}"
+
+
 def _where(file: str | None, line: int | None) -> str:
     where = short_path(file) or "<unknown location>"
     return where if line is None else f"{where}:{line}"
@@ -109,7 +122,6 @@ def render_event(
     index: int | None = None,
     *,
     run_macs: int | None = None,
-    brief: bool = False,
     others: Sequence[tuple[BreakEvent, int]] = (),
     same_hints_as: int | None = None,
 ) -> list[str]:
@@ -120,8 +132,7 @@ def render_event(
     test's MACs, when given), where, the shapes of its first call, why, and its other sites.
     ``others``: the same break reached through other call sites, with their counts.
     ``same_hints_as``: the number of an earlier entry with the same hints and docs, which are
-    then not repeated. ``brief``: three lines, what, where and why (the warning of an unmarked
-    test).
+    then not repeated.
     """
     label = KIND_LABELS.get(event.kind, event.kind)
     ids = f" {event.ids}" if event.ids else ""
@@ -141,8 +152,6 @@ def render_event(
         if event.reason and event.reason != event.gb_type
         else []
     )
-    if brief:
-        return [head, at, *why][:3]
     lines = [head, at]
     if event.library:
         lines.append(f"{pad}inside {event.library}")

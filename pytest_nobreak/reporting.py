@@ -30,7 +30,7 @@ from pytest_nobreak.baseline import (
 from pytest_nobreak.config import NobreakConfig
 from pytest_nobreak.events import CORE_FIGURES, REQUIRED_ASIC_FIGURES, Figures
 from pytest_nobreak.json_report import TestRecord
-from pytest_nobreak.render import KIND_LABELS, host_fallback_summary, percent, short_path
+from pytest_nobreak.render import event_line, percent, short_path
 
 #: pytest's exit status for "some gate failed" (the same as failed tests).
 GATE_FAILED = pytest.ExitCode.TESTS_FAILED
@@ -42,6 +42,7 @@ _FIGURE_OPTIONS = (
     ("--asic-device", "asic_device"),
     ("--nobreak-backend", "nobreak_backend"),
     ("--nobreak-all", "nobreak_all"),
+    ("--nobreak-unmarked", "nobreak_unmarked"),  # "fail" implies --nobreak-all
 )
 
 
@@ -138,6 +139,7 @@ class SessionReporter:
         GitHub annotations), and none raises: an unexpected error is one line and status 1.
         """
         steps: list[tuple[Callable[[], int], str]] = [
+            (self._gate_unmarked, "check the unmarked tests"),
             (self._gate_baseline, "check the baseline"),
             (self._write_json, "write the JSON report"),
             (self._github, "write the GitHub Actions output"),
@@ -150,6 +152,26 @@ class SessionReporter:
                 self.errors.append(f"nobreak: could not {what}: {type(exc).__name__}: {exc}")
                 status |= int(GATE_FAILED)
         return status
+
+    def broken_unmarked(self) -> list[str]:
+        """The unmarked tests with breaks the reports name, when those fail the run."""
+        if not self.settings.fail_unmarked:
+            return []
+        return [r.nodeid for r in self.records.values() if not r.marked and r.reported_breaks]
+
+    def _gate_unmarked(self) -> int:
+        """``--nobreak-unmarked fail``: the run fails; the tests keep their own outcomes."""
+        broken = self.broken_unmarked()
+        if not broken:
+            return 0
+        self.lines.append(
+            (
+                f"nobreak: {_plural(len(broken), 'unmarked test')} with breaks "
+                "(--nobreak-unmarked fail: the run fails)",
+                "red",
+            )
+        )
+        return int(GATE_FAILED)
 
     def _gate_baseline(self) -> int:
         path = self.settings.baseline_path
@@ -202,6 +224,7 @@ class SessionReporter:
             stream=sys.stderr,
             rootdir=str(self.config.rootpath),
             update_command=self.command,
+            fail_unmarked=self.settings.fail_unmarked,
         )
         self.lines.extend((f"nobreak: {p}", "yellow") for p in problems)
         return 0
@@ -238,6 +261,9 @@ class SessionReporter:
         """What failed the run besides its tests, as parts of pytest's last line
         (``2 baseline regressions``, ``1 report error``); empty when nothing did."""
         words: list[str] = []
+        broken = self.broken_unmarked()
+        if broken:
+            words.append(f"{_plural(len(broken), 'unmarked test')} with breaks")
         comparison = self.comparison
         if comparison is not None and comparison.failed and not self.settings.update_baseline:
             if comparison.regressions and comparison.version_mismatch is None:
@@ -275,17 +301,18 @@ class SessionReporter:
         written and any error.
         """
         verbose = self.config.get_verbosity() > 0
+        failing = set(self.broken_unmarked())
         rows = [
             r
             for r in self.records.values()
-            if verbose or (_unshown_breaks(r) and not self._known(r))
+            if verbose or r.nodeid in failing or (_unshown_breaks(r) and not self._known(r))
         ]
         if not (rows or self.lines or self.errors):
             return
         terminalreporter.write_sep("-", "nobreak compile report")
-        if rows:
-            for text, style in figures_table(rows):
-                terminalreporter.write_line(text, **({style: True} if style else {}))
+        table = figures_table(rows, width=_table_width(terminalreporter), failing=failing)
+        for text, style in table:
+            terminalreporter.write_line(text, **({style: True} if style else {}))
         for text, style in self.lines:
             terminalreporter.write_line(text, **({style: True} if style else {}))
         for text in self.errors:
@@ -346,41 +373,79 @@ _COLUMNS = (
 _ASIC_COLUMNS = ("dut_ops", "host_fallbacks", "dut%", "cycles")
 
 
+#: The narrowest a node id is shortened to, however narrow the terminal: the figures after it
+#: are what the table is for, and they stay (the line wraps instead).
+_MIN_ID_WIDTH = 20
+_ELLIPSIS = "..."
+
+
 def _unshown_breaks(record: TestRecord) -> bool:
-    return bool(record.breaks) and (not record.marked or record.outcome in ("xfailed", "passed"))
+    return bool(record.reported_breaks) and (
+        not record.marked or record.outcome in ("xfailed", "passed")
+    )
 
 
-def figures_table(records: list[TestRecord]) -> list[tuple[str, str | None]]:
-    """One row per test with its figures and outcome, then its breaks (one line each)."""
+def _table_width(terminalreporter: Any) -> int | None:
+    """The width to fit the table in: the terminal's, when the report goes to one. ``None`` for
+    a file, a pipe or a CI log, where a whole node id is worth more than a short line (and a
+    script may split the rows on whitespace)."""
+    if not getattr(terminalreporter, "isatty", False):
+        return None
+    width = getattr(getattr(terminalreporter, "_tw", None), "fullwidth", None)
+    return width if isinstance(width, int) else None
+
+
+def figures_table(
+    records: list[TestRecord], *, width: int | None = None, failing: Iterable[str] = ()
+) -> list[tuple[str, str | None]]:
+    """One row per test with its figures and outcome, then its breaks (one line each); no
+    lines at all without a test.
+
+    ``width``: fit every line in it. A node id too long for what the figures leave is
+    shortened from the left (its end names the test), never the figures; a break line is cut
+    at the right. ``failing``: node ids whose breaks fail the run (shown red).
+    """
+    if not records:
+        return []
+    failing = set(failing)
     asic = any(r.figures.dut_ops is not None for r in records)
     columns = [c for c in _COLUMNS if asic or c[0] not in _ASIC_COLUMNS]
-    width = max(len("test"), *(len(r.nodeid) for r in records))
     rows = [[_cell(r.figures, name) for name, _ in columns] for r in records]
     # As wide as the widest value (cycles of a big model run to 8 digits), so columns line up.
     widths = [
         max(len(title), 6, *(len(row[i]) for row in rows)) for i, (_, title) in enumerate(columns)
     ]
+    id_width = max(len("test"), *(len(r.nodeid) for r in records))
+    if width is not None:
+        outcome = max(len("outcome"), *(len(r.outcome) for r in records))
+        figures = sum(2 + w for w in widths) + 2 + outcome
+        id_width = max(min(id_width, width - figures), _MIN_ID_WIDTH)
     header = "  ".join(
-        ["test".ljust(width), *(t.rjust(w) for (_, t), w in zip(columns, widths, strict=True))]
+        ["test".ljust(id_width), *(t.rjust(w) for (_, t), w in zip(columns, widths, strict=True))]
     )
     out: list[tuple[str, str | None]] = [(header + "  outcome", None)]
     for record, row in zip(records, rows, strict=True):
         cells = [value.rjust(w) for value, w in zip(row, widths, strict=True)]
-        style = "yellow" if record.breaks else None
-        if record.outcome == "failed":
+        style = "yellow" if record.reported_breaks else None
+        if record.outcome == "failed" or record.nodeid in failing:
             style = "red"
-        out.append(("  ".join([record.nodeid.ljust(width), *cells, record.outcome]), style))
-        for event in record.breaks:
-            where = short_path(event.file) or "<unknown>"
-            if event.line is not None:
-                where += f":{event.line}"
-            gb = f" {event.ids}" if event.ids else ""
-            label = KIND_LABELS.get(event.kind, event.kind)
-            what = event.title
-            if event.kind == "host_fallback":
-                what += f" ({host_fallback_summary(event)})"
-            out.append((f"    {label}{gb} at {where}: {what}", None))
+        nodeid = _shorten_left(record.nodeid, id_width).ljust(id_width)
+        out.append(("  ".join([nodeid, *cells, record.outcome]), style))
+        for event in record.reported_breaks:
+            out.append((_cut_right("    " + event_line(event), width), None))
     return out
+
+
+def _shorten_left(text: str, width: int) -> str:
+    if len(text) <= width:
+        return text
+    return _ELLIPSIS + text[len(text) - (width - len(_ELLIPSIS)) :]
+
+
+def _cut_right(text: str, width: int | None) -> str:
+    if width is None or len(text) <= width:
+        return text
+    return text[: width - len(_ELLIPSIS)] + _ELLIPSIS
 
 
 def _cell(figures: Figures, name: str) -> str:

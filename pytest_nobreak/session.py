@@ -4,13 +4,20 @@ A ``NobreakSession`` is registered as a plugin in ``pytest_configure``. Its runt
 start a ``Monitor`` before the test's fixtures run and judge it after the call; every test's
 ``TestRecord`` travels on its call report (so xdist ships it to the controller), and only the
 controller writes files and prints the summary.
+
+A test is watched in one of two ways. A marked test, or one that asks for a fixture of the
+plugin, opted in: it is isolated (Dynamo is reset before it, so nothing compiled earlier hides
+a break) and a marked one is failed on its breaks. Any other test (``--nobreak-all``) is only
+observed: nothing is reset, no log record is held back and no warning is raised in it, so its
+outcome, warnings and logs are what they are without the plugin; its breaks are reported after
+the run (terminal summary, JSON, JUnit, GitHub), and fail the run only if asked to
+(``--nobreak-unmarked fail``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
-import warnings
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
@@ -18,12 +25,11 @@ import pytest
 
 from pytest_nobreak.baseline import Baseline, BaselineError, load_baseline
 from pytest_nobreak.config import NobreakConfig
-from pytest_nobreak.events import BreakEvent
 from pytest_nobreak.json_report import TestRecord
 from pytest_nobreak.junit import junit_properties
 from pytest_nobreak.markers import MARKER, MarkerError, NoGraphBreakOptions
 from pytest_nobreak.monitor import CompileReport, Monitor
-from pytest_nobreak.render import render_event, short_path
+from pytest_nobreak.render import short_path
 
 if TYPE_CHECKING:
     from pytest_nobreak.reporting import SessionReporter
@@ -44,7 +50,9 @@ FAIL_TITLE = f"@pytest.mark.{MARKER}: torch.compile did not run as whole graphs"
 
 
 class NobreakWarning(UserWarning):
-    """A watched, unmarked test graph-broke or fell back (``--nobreak-all``)."""
+    """No longer issued: an unmarked test's breaks are reported after the run, never as a
+    warning inside it (one would fail it under ``-W error``). Kept so that a
+    ``filterwarnings`` entry naming it still loads."""
 
 
 def is_xdist_worker(config: pytest.Config) -> bool:
@@ -123,8 +131,9 @@ class NobreakSession:
 
     # ------------------------------------------------------------------ per test
 
-    def _watched(self, item: pytest.Item) -> bool:
-        if OPTIONS_KEY in item.stash or self.settings.watch_all:
+    def _opted_in(self, item: pytest.Item) -> bool:
+        """Marked, or asking for a fixture of the plugin: isolated from the tests before it."""
+        if OPTIONS_KEY in item.stash:
             return True
         names = getattr(item, "fixturenames", ())
         return any(name in names for name in WATCH_FIXTURES)
@@ -132,12 +141,14 @@ class NobreakSession:
     # trylast: run inside pytest's logging wrapper, after it attached its handlers.
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, None, None]:
-        if self._watched(item):
-            # A marked test reports its host fallbacks in its failure, so the ASIC backend's
-            # once-per-process warning stays unsaid there; an unmarked one is only observed.
+        opted_in = self._opted_in(item)
+        if opted_in or self.settings.watch_all:
+            # A marked test reports its breaks in its failure, so Dynamo's WARNINGs and the ASIC
+            # backend's once-per-process warning stay unsaid there; any other is only reported
+            # after the run, and an observed one is not even reset.
             monitor = Monitor(
-                reset=True,
-                reports_host_fallbacks=OPTIONS_KEY in item.stash,
+                reset=opted_in,
+                reports=OPTIONS_KEY in item.stash,
                 root=str(self.config.rootpath),
             )
             item.stash[MONITOR_KEY] = monitor
@@ -198,18 +209,7 @@ class NobreakSession:
         item.stash[RECORD_KEY] = record
         item.user_properties.extend(junit_properties(record))
         if options is None:
-            if report.breaks:
-                # Attributed to the first break's line, so the warnings summary points at the
-                # model, not at this plugin.
-                first = report.breaks[0]
-                warnings.warn_explicit(
-                    NobreakWarning(_warning_text(report.breaks)),
-                    category=NobreakWarning,
-                    filename=first.file or item.nodeid,
-                    lineno=first.line or 0,
-                    module=item.nodeid,
-                )
-            return
+            return  # reported after the run, never inside the test (see the module docstring)
         problems = report.problems(
             allow=options.allow,
             max_recompiles=options.max_recompiles,
@@ -297,13 +297,6 @@ class NobreakSession:
             terminalreporter.write_line(f"ERROR: {message}", red=True, bold=True)
         if self.reporter is not None:
             self.reporter.terminal_summary(terminalreporter)
-
-
-def _warning_text(breaks: tuple[BreakEvent, ...]) -> str:
-    lines = [f"torch.compile: {len(breaks)} break(s) in an unmarked test"]
-    for event in breaks[:3]:
-        lines.extend("  " + line for line in render_event(event, brief=True))
-    return "\n".join(lines)
 
 
 def _quiet_trace_logger() -> None:

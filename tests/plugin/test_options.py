@@ -203,32 +203,99 @@ def test_marker_is_registered_for_strict_markers(models: Models) -> None:
 # ----------------------------------------------------------------------------- --nobreak-all
 
 
+UNMARKED_SUITE = """
+import pytest
+import torch
+import models as M
+
+def test_breaks():
+    torch.compile(M.data_dependent, backend="eager")(torch.ones(3))
+
+def test_clean():
+    torch.compile(M.clean, backend="eager")(torch.ones(3))
+
+def test_expected_rejection():
+    with pytest.raises(torch._dynamo.exc.Unsupported):
+        torch.compile(M.prints, backend="eager", fullgraph=True)(torch.ones(3))
+"""
+
+
 def test_nobreak_all_reports_unmarked_breaks_without_failing(models: Models) -> None:
-    result = run(
-        models,
-        "--nobreak-all",
-        test_unmarked="""
-        import torch
-        import models as M
-
-        def test_breaks():
-            torch.compile(M.data_dependent, backend="eager")(torch.ones(3))
-
-        def test_clean():
-            torch.compile(M.clean, backend="eager")(torch.ones(3))
-        """,
-    )
-    result.assert_outcomes(passed=2, warnings=1)
+    """Reported after the run, never as a warning inside the test; the rejection the test
+    expected (a compile error it caught) is no break of its."""
+    # A filter naming the warning the plugin used to issue still loads.
+    ignore = ("-W", "ignore::pytest_nobreak.session.NobreakWarning")
+    result = run(models, "--nobreak-all", *ignore, test_unmarked=UNMARKED_SUITE)
+    assert result.ret == 0
+    result.assert_outcomes(passed=3)
+    assert "NobreakWarning" not in result.stdout.str()
     result.stdout.fnmatch_lines(
         [
-            "*NobreakWarning: torch.compile: 1 break(s) in an unmarked test",
-            "*graph break GB0170: Data-dependent branching",
             "*nobreak compile report*",
             "test_unmarked.py::test_breaks * 2 * 1 * 0 * 0 *passed",
             f"    graph break GB0170 at {models.where('branch')}: Data-dependent branching",
         ]
     )
-    assert "test_unmarked.py::test_clean" not in result.stdout.str().split("compile report")[1]
+    section = result.stdout.str().split("compile report")[1]
+    assert "test_unmarked.py::test_clean" not in section
+    assert "test_unmarked.py::test_expected_rejection" not in section
+
+
+def test_nobreak_unmarked_fail_fails_the_run_not_the_tests(models: Models) -> None:
+    """The documented way to make unmarked breaks fail: the run exits 1 and says why in
+    pytest's last line; each test keeps its own outcome. It implies --nobreak-all."""
+    result = run(models, "--nobreak-unmarked", "fail", test_unmarked=UNMARKED_SUITE)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(
+        [
+            "nobreak: backend=inductor, watching every test "
+            "(breaks in unmarked tests fail the run)",
+            "*nobreak compile report*",
+            "test_unmarked.py::test_breaks * 2 * 1 * 0 * 0 *passed",
+            f"    graph break GB0170 at {models.where('branch')}: Data-dependent branching",
+            "nobreak: 1 unmarked test with breaks (--nobreak-unmarked fail: the run fails)",
+        ]
+    )
+    assert fnmatch.fnmatchcase(
+        result.stdout.lines[-1], "*= 3 passed, 1 unmarked test with breaks in *s =*"
+    )
+    # The default reports only, and so does a run whose only "break" was expected.
+    assert (
+        models.pytester.runpytest(*QUIET, "--nobreak-unmarked", "report", "--nobreak-all").ret == 0
+    )
+    models.pytester.makepyfile(
+        test_unmarked=UNMARKED_SUITE.split("def test_breaks")[0]
+        + "def test_expected_rejection"
+        + UNMARKED_SUITE.split("def test_expected_rejection")[1]
+    )
+    assert models.pytester.runpytest(*QUIET, "--nobreak-unmarked", "fail").ret == 0
+
+
+@pytest.mark.parametrize(
+    ("where", "error"),
+    [
+        (
+            "ini",
+            "ERROR: ini key nobreak_unmarked: 'fial' is not one of report, fail (did you mean "
+            "fail?)",
+        ),
+        ("cli", "*argument --nobreak-unmarked: invalid choice: 'fial' (choose from *report*fail*)"),
+    ],
+)
+def test_nobreak_unmarked_takes_report_or_fail_only(
+    pytester: pytest.Pytester, where: str, error: str
+) -> None:
+    """A typo is a usage error, never a quiet "report"."""
+    pytester.makepyfile(test_x="def test_x(): pass")
+    if where == "ini":
+        pytester.makeini("[pytest]\nnobreak_unmarked = fial\n")
+        result = pytester.runpytest(*QUIET)
+    else:
+        result = pytester.runpytest(*QUIET, "--nobreak-unmarked", "fial")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    lines = [line for line in result.stdout.lines + result.stderr.lines if line.strip()]
+    assert any(fnmatch.fnmatchcase(line, error) for line in lines), lines
 
 
 def test_unmarked_tests_are_not_watched_without_nobreak_all(models: Models) -> None:
@@ -264,6 +331,7 @@ INI_CASES = [
     ("asic_roofline", "charts/roof.svg", "roofline_path", "<root>/charts/roof.svg"),
     ("nobreak_backend", "eager", "fixture_backend", "eager"),
     ("nobreak_all", "true", "watch_all", True),
+    ("nobreak_unmarked", "fail", "fail_unmarked", True),
     ("nobreak_json", "out/r.json", "json_path", "<root>/out/r.json"),
     ("nobreak_baseline", "b.json", "baseline_path", "<root>/b.json"),
     ("nobreak_strict", "true", "strict", True),
@@ -369,7 +437,8 @@ def test_an_ini_device_file_is_relative_to_the_rootdir(
             [
                 "ERROR: ini key asic_bakend is not a pytest-nobreak setting (did you mean "
                 "asic_backend?); known keys: asic_backend, asic_device, asic_roofline, "
-                "nobreak_backend, nobreak_all, nobreak_json, nobreak_baseline, nobreak_strict",
+                "nobreak_backend, nobreak_all, nobreak_unmarked, nobreak_json, nobreak_baseline, "
+                "nobreak_strict",
                 "ERROR: ini key nobreak_jsn is not a pytest-nobreak setting (did you mean "
                 "nobreak_json?); known keys: *",
             ],

@@ -144,7 +144,7 @@ def test_the_summary_shows_breaks_no_failure_message_showed(models: Models) -> N
     """The unmarked test's break (under --nobreak-all) is reported; the failed marked test's
     break is in its failure message already, so it gets no row."""
     result = run(models, "--nobreak-all")
-    result.assert_outcomes(passed=3, failed=1, warnings=1)
+    result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines(
         [
             "*- nobreak compile report -*",
@@ -159,6 +159,53 @@ def test_the_summary_shows_breaks_no_failure_message_showed(models: Models) -> N
     assert "::" not in result.stderr.str()  # not on GitHub: no workflow commands
 
 
+# A terminal 64 columns wide (pytester's output is a pipe, which the table does not fit).
+TTY_CONFTEST = """
+import pytest
+
+
+class _Yes:  # TerminalReporter.isatty is a bool that may be called
+    def __bool__(self):
+        return True
+
+    def __call__(self):
+        return True
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    reporter.isatty = _Yes()
+    reporter._tw.fullwidth = 64
+"""
+
+LONG_NAME = "test_a_model_whose_test_name_runs_well_past_the_width_of_a_terminal"
+
+
+def test_the_table_fits_the_terminal_and_keeps_its_figures(models: Models) -> None:
+    suite = SUITE.replace("def test_unmarked", f"def {LONG_NAME}")
+    models.pytester.makeconftest(TTY_CONFTEST)
+    result = run(models, "--nobreak-all", suite=suite)
+    result.assert_outcomes(passed=3, failed=1)
+    lines = report_lines(result)
+    assert lines[0] == "test                     graphs  breaks   eager  recomp  outcome"
+    assert lines[1] == "..._width_of_a_terminal       2       1       0       0  passed"
+    assert lines[2].startswith(f"    graph break GB0170 at {models.where('branch')}: Data-dep")
+    assert all(len(line) <= 64 for line in lines), lines
+    # In a pipe or a file (a CI log), the whole id: it is what a reader searches for.
+    models.pytester.path.joinpath("conftest.py").unlink()
+    piped = report_lines(run(models, "--nobreak-all", suite=suite))
+    assert piped[1].startswith(f"test_suite.py::{LONG_NAME}       2")
+
+
+def report_lines(result: pytest.RunResult) -> list[str]:
+    """The compile report's table: its header and the lines under it, up to pytest's next."""
+    lines = result.stdout.lines
+    start = next(i for i, line in enumerate(lines) if "nobreak compile report" in line) + 1
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("="))
+    return lines[start:end]
+
+
 # ---------------------------------------------------------------------- JSON and JUnit
 
 
@@ -171,7 +218,7 @@ def test_json_report_and_junit_properties(models: Models) -> None:
     header = {"version": 1, "torch": "2.13.0", "backend": "inductor", "device": ""}
     report.write_text(json.dumps({**header, "tests": {"test_gone.py::test_old": earlier}}))
     result = run(models, "--nobreak-all", "--nobreak-json", "out/nobreak.json", "--junitxml=j.xml")
-    result.assert_outcomes(passed=3, failed=1, warnings=1)
+    result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines(["nobreak: JSON report written to out/nobreak.json"])
 
     text = report.read_text()
@@ -226,13 +273,18 @@ def test_json_report_and_junit_properties(models: Models) -> None:
         case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
         for case in root.iter("testcase")
     }
+    branch = f"graph break GB0170 at {models.where('branch')}: Data-dependent branching"
     assert properties["test_branch"] == {
         "nobreak_graphs": "2",
         "nobreak_graph_breaks": "1",
         "nobreak_eager_frames": "0",
         "nobreak_recompiles": "0",
+        "nobreak_break": branch,
     }
+    # The unmarked test is not failed for its break: JUnit names it all the same.
+    assert properties["test_unmarked"]["nobreak_break"] == branch
     assert properties["test_mlp"]["nobreak_graphs"] == "1"
+    assert "nobreak_break" not in properties["test_mlp"]
     assert properties["test_plain"]["nobreak_graphs"] == "0"
 
 
@@ -353,7 +405,7 @@ def test_github_annotations_and_step_summary(
     monkeypatch.setenv("GITHUB_WORKSPACE", str(models.pytester.path.parent))
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     result = run(models, "--nobreak-all")
-    result.assert_outcomes(passed=3, failed=1, warnings=1)
+    result.assert_outcomes(passed=3, failed=1)
     line = models.line("branch")
     here = models.pytester.path.name  # the rootdir, one level below the workspace
     # One annotation per distinct break, at the model's line, naming both tests; an error

@@ -66,6 +66,23 @@ def test_a_break_is_annotated_at_the_model_line_relative_to_the_workspace() -> N
     ]
 
 
+def test_an_unmarked_tests_break_is_a_warning_unless_it_fails_the_run() -> None:
+    """Only observed: a warning. With ``--nobreak-unmarked fail`` it fails the run: an error.
+    A compile error the unmarked test handled is no annotation at all."""
+    rejected = BreakEvent(kind="compile_error", gb_type="Data-dependent branching", gb_id="GB0170")
+    records = [record("t.py::test_u", marked=False, breaks=(SEED, rejected))]
+    observed = github.workflow_commands(records, WS)
+    assert [line.split(" ", 1)[0] for line in observed] == ["::warning"]
+    assert "GB0219" in observed[0]
+    failing = github.workflow_commands(records, WS, fail_unmarked=True)
+    assert [line.split(" ", 1)[0] for line in failing] == ["::error"]
+    summary = step_summary_markdown(records, None)
+    assert "1 watched tests, 1 with graph breaks or eager fallbacks." in summary
+    only_rejected = [record("t.py::test_r", marked=False, breaks=(rejected,))]
+    assert github.workflow_commands(only_rejected, WS, fail_unmarked=True) == []
+    assert "0 with graph breaks" in step_summary_markdown(only_rejected, None)
+
+
 def test_a_host_fallback_is_titled_by_its_op() -> None:
     host = BreakEvent(
         kind="host_fallback",

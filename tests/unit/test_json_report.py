@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -379,4 +380,30 @@ def test_junit_properties_name_every_measured_figure() -> None:
     ]
     assert dict(junit_properties(BROKEN))["nobreak_host_fallbacks"] == 2
     assert dict(junit_properties(BROKEN))["nobreak_host_macs"] == 640
-    assert len(junit_properties(BROKEN)) == 9
+    # The nine figures, then one line per break, as the terminal table lists them.
+    assert len(junit_properties(BROKEN)) == 11
+    assert junit_properties(BROKEN)[9:] == [
+        (
+            "nobreak_break",
+            "backend compiler fallback (whole frame ran eagerly) GB0219 at /repo/models.py:12: "
+            "Backend compiler exception",
+        ),
+        (
+            "nobreak_break",
+            "host fallback (ran on the host, not the DUT) at /repo/models.py:20: linear "
+            "(x2 calls, 640 host MACs)",
+        ),
+    ]
+
+
+def test_an_unmarked_tests_handled_compile_error_is_not_a_reported_break() -> None:
+    """An error raised to an unmarked test is its own business (``pytest.raises`` around a
+    ``fullgraph=True`` compile): the JSON report keeps it, the reports do not name it. A
+    marked test's is reported (it fails the marker unless allowed)."""
+    rejected = BreakEvent(kind="compile_error", gb_type="Data-dependent branching", gb_id="GB0170")
+    unmarked = dataclasses.replace(CLEAN, breaks=(rejected, SEED_BREAK))
+    assert unmarked.reported_breaks == (SEED_BREAK,)
+    assert [b["kind"] for b in unmarked.to_json()["breaks"]] == ["compile_error", "backend_error"]
+    assert [name for name, _ in junit_properties(unmarked)].count("nobreak_break") == 1
+    marked = dataclasses.replace(unmarked, marked=True)
+    assert marked.reported_breaks == (rejected, SEED_BREAK)

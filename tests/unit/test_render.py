@@ -84,16 +84,6 @@ def test_also_at_names_three_sites_then_counts_the_rest() -> None:
     )
 
 
-def test_the_brief_form_is_what_where_and_why() -> None:
-    """An unmarked test's warning: three lines, and for a host fallback the reason, not the
-    shapes."""
-    lines = render_event(CONV, brief=True)
-    assert lines[0].startswith("host fallback (ran on the host, not the DUT): conv2d  (x3 calls")
-    assert lines[1].startswith("at /elsewhere/models.py:14")
-    assert lines[2] == f"why: {WHY}"
-    assert len(lines) == 3
-
-
 def test_the_message_shares_host_macs_of_all_the_tests_macs() -> None:
     figures = Figures(graphs=1, dut_ops=1, host_fallbacks=3, macs=542264, host_macs=884736)
     message = render_failure(
@@ -228,11 +218,6 @@ def test_a_chain_shows_the_root_cause_then_what_it_caused() -> None:
     assert lines[0] == "eager fallback GB0025 → GB0066: Call to `torch._dynamo.graph_break()`"
     assert lines[2] == "inside contextlib (contextlib.py:144, in __exit__)"
     assert "then GB0066: In a cm." in lines
-    assert render_event(event, brief=True) == [
-        lines[0],
-        "at helpers.py:3  >  torch._dynamo.graph_break()",
-        "why: User-inserted graph break.",
-    ]
 
 
 def test_hints_shared_by_several_breaks_are_shown_once() -> None:
@@ -290,3 +275,31 @@ def test_callers_a_call_site_does_not_share_are_named_on_its_line() -> None:
         "   called from m.py:21  >  r.b = 2",
         "   all called from test_m.py:9  >  f(x)",
     ]
+
+
+def test_the_table_fits_the_width_shortening_node_ids_from_the_left() -> None:
+    """The figures and the outcome are what the table is for: a long node id gives way, from
+    the left (its end names the test); a break line is cut at the right."""
+    long_id = "tests/models/vision/test_convnext.py::TestConvNext::test_compiles_whole[batch4]"
+    records = [
+        TestRecord(long_id, "passed", False, Figures(graphs=2, graph_breaks=1), (BRANCH,)),
+        TestRecord("t.py::short", "failed", True, Figures(graphs=1)),
+    ]
+    full = [text for text, _ in figures_table(records)]
+    assert full[1].startswith(long_id + "       2")  # no width: the whole id
+    lines = [text for text, _ in figures_table(records, width=72)]
+    assert all(len(line) <= 72 for line in lines), lines
+    assert lines == [
+        "test                             graphs  breaks   eager  recomp  outcome",
+        "...:test_compiles_whole[batch4]       2       1       0       0  passed",
+        "    graph break GB0170 at /elsewhere/models.py:9: Data-dependent bran...",
+        "t.py::short                           1       0       0       0  failed",
+    ]
+    # However narrow: the figures stay whole, the id keeps 20 characters, the line wraps.
+    narrow = [text for text, _ in figures_table(records, width=40)]
+    assert narrow[1].split()[1:] == ["2", "1", "0", "0", "passed"]
+    assert len(narrow[1].split()[0]) == 20
+
+
+def test_a_table_without_rows_has_no_header() -> None:
+    assert figures_table([]) == []
