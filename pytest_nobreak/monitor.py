@@ -267,7 +267,6 @@ class Monitor:
         self._lock = threading.Lock()
         self._cm: Any = None
         self._notices: Any = None
-        self._counted: tc.CounterView | None = None
         self._metrics: list[tc.MetricRecord] = []
         self._limit_hits: list[tuple[tc.RawLimitHit, Location | None]] = []
         self._last_recompile: Location | None = None
@@ -451,9 +450,9 @@ class Monitor:
     # ----------------------------------------------------------------- at the end
 
     def _collect_metrics(self, tc: Any) -> None:
-        """Failed compiles the taps did not see: backend fallbacks raised while compiling the
-        final graph, the recompile limit, errors suppressed into eager runs; and recompile
-        reasons."""
+        """Failed compiles the other taps did not see: backend fallbacks raised while compiling
+        the final graph, the recompile limit, errors suppressed into eager runs. At the end,
+        since a compile error reaches the entry tap after its metrics record."""
         limit_hits = list(self._limit_hits)
         for m in self._metrics:
             if not m.fail_type or m.compile_id in self._skip_compile_ids:
