@@ -586,3 +586,27 @@ def test_the_asic_backends_warning_points_at_the_users_line(models: Models) -> N
     models.pytester.makepyfile(test_live=ASIC)
     result = models.pytester.runpytest_subprocess(*QUIET, "--nobreak-all", "-k", "live")
     result.stdout.fnmatch_lines(["*test_live.py:22: AsicHostWarning: *"])
+
+
+DEVICE_STATE = """
+import torch
+
+from asic_backend.device import get_device
+
+
+def test_first():
+    get_device().reset()
+    with torch.no_grad():
+        torch.compile(torch.nn.Linear(8, 4), backend="asic")(torch.randn(2, 8))
+
+
+def test_second_sees_the_counters_of_the_first():
+    assert get_device().snapshot().dut_ops == 1
+"""
+
+
+def test_an_observed_test_leaves_the_simulated_devices_alone(models: Models) -> None:
+    """Only an isolated test (marked, or using a fixture of the plugin) zeroes the devices."""
+    models.pytester.makepyfile(test_device=DEVICE_STATE)
+    for args in (("-p", "no:nobreak"), ("--nobreak-all",)):
+        models.pytester.runpytest(*QUIET, *args).assert_outcomes(passed=2)

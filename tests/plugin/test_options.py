@@ -260,6 +260,12 @@ def test_nobreak_unmarked_fail_fails_the_run_not_the_tests(models: Models) -> No
     assert fnmatch.fnmatchcase(
         result.stdout.lines[-1], "*= 3 passed, 1 unmarked test with breaks in *s =*"
     )
+    # A baseline holding exactly these figures hides a row, but not one that fails the run.
+    fail = ("--nobreak-unmarked", "fail", "--nobreak-baseline", "b.json")
+    update = models.pytester.runpytest(*QUIET, *fail, "--nobreak-update-baseline")
+    assert update.ret == pytest.ExitCode.TESTS_FAILED
+    gated = models.pytester.runpytest(*QUIET, *fail)
+    gated.stdout.fnmatch_lines(["test_unmarked.py::test_breaks * 2 * 1 * 0 * 0 *passed"])
     # The default reports only, and so does a run whose only "break" was expected.
     assert (
         models.pytester.runpytest(*QUIET, "--nobreak-unmarked", "report", "--nobreak-all").ret == 0
