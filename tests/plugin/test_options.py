@@ -703,3 +703,15 @@ def test_a_torch_without_the_needed_apis_is_one_clear_error(
     finally:
         monkeypatch.undo()
         _torch_compat.check_torch.cache_clear()
+
+
+def test_the_accept_command_repeats_nobreak_unmarked(pytester: pytest.Pytester) -> None:
+    """``fail`` watches every test: re-recording without it would drop their entries."""
+    from pytest_nobreak.reporting import update_command
+
+    config = pytester.parseconfig("--nobreak-unmarked", "fail", "--nobreak-baseline", "b.json")
+    settings = NobreakConfig.from_pytest_config(config)
+    assert settings.watch_all
+    assert update_command(config, settings) == (
+        "pytest --nobreak-baseline b.json --nobreak-unmarked fail --nobreak-update-baseline"
+    )
