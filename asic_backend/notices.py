@@ -61,12 +61,19 @@ def say_once(message: str) -> None:
     warnings.warn(message, AsicHostWarning, stacklevel=_user_stacklevel())
 
 
+#: Packages whose frames sit between the user's call and the backend: torch, and a harness that
+#: wraps Dynamo's entry points (pytest-nobreak's taps), looked up by name, never imported.
+_BETWEEN = ("torch", "pytest_nobreak")
+
+
 def _library_frame(filename: str) -> bool:
-    """Whether ``filename`` is the backend's, torch's, or a stdlib wrapper between them."""
-    torch = sys.modules.get("torch")
+    """Whether ``filename`` is the backend's, torch's, a harness's that wraps torch, or a stdlib
+    wrapper between them."""
     dirs = [os.path.dirname(__file__) + os.sep]
-    if torch is not None and torch.__file__:
-        dirs.append(os.path.dirname(torch.__file__) + os.sep)
+    for name in _BETWEEN:
+        module = sys.modules.get(name)
+        if module is not None and module.__file__:
+            dirs.append(os.path.dirname(module.__file__) + os.sep)
     return filename.startswith(tuple(dirs)) or os.path.basename(filename) in (
         "contextlib.py",
         "functools.py",

@@ -575,12 +575,6 @@ def test_an_observed_test_leaves_dynamos_counters_alone(models: Models) -> None:
     models.pytester.runpytest(*QUIET, "--nobreak-all").assert_outcomes(passed=1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="asic_backend.notices points its warning at the first frame outside asic_backend and "
-    "torch, which under the plugin is its Dynamo tap (pytest_nobreak/_torch_compat.py): "
-    "asic_backend must skip pytest_nobreak's frames too",
-)
 def test_the_asic_backends_warning_points_at_the_users_line(models: Models) -> None:
     """In a fresh process: the warning is once per process."""
     models.pytester.makepyfile(test_live=ASIC)
