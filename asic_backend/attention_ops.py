@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from asic_backend.oplib import dut_op
 from asic_backend.quant_ops import dut_matmul
 
 __all__ = ["dyn_sdpa"]
@@ -31,7 +32,7 @@ __all__ = ["dyn_sdpa"]
 _check: Callable[[Any, Callable[[], str]], None] = torch._check
 
 
-@torch.library.custom_op("asic::dyn_sdpa", mutates_args=())
+@dut_op("asic::dyn_sdpa")
 def dyn_sdpa(
     q: Tensor,
     k: Tensor,

@@ -29,6 +29,7 @@ from torch import fx
 from asic_backend.accounting import AUTOGRAD_REASON, BACKWARD_REASON, account_host_macs
 from asic_backend.config import AsicConfig
 from asic_backend.device import Device, get_device
+from asic_backend.fx_nodes import example_value
 from asic_backend.lowering import (
     POLICIES,
     LoweringOptions,
@@ -39,7 +40,8 @@ from asic_backend.lowering import (
 )
 from asic_backend.macs import mac_op
 from asic_backend.notices import AsicHostWarning, say_once
-from asic_backend.rewrite import name_ops
+from asic_backend.quant_ops import FUSABLE
+from asic_backend.rewrite import graph_modules, name_ops
 
 __all__ = ["OPTION_KEYS", "AsicBackend", "AsicHostWarning", "asic_backend", "make_backend"]
 
@@ -139,6 +141,7 @@ class AsicBackend:
             # Inductor decomposes small mm/addmm/bmm and every mv/dot into multiplies and sums
             # while AOTAutograd traces, before the accounting pass could see them: keep them.
             keep = {op: fn for op, fn in select_decomp_table().items() if mac_op(op) is None}
+            _fusable(gm)
             inner = _after(options, compile_fx_inner, forward_reason)
             # Inductor's caches key on the graph before the aten passes, which they would skip
             # on a hit (and serve whatever an older backend made of it): off, for this compile.
@@ -178,6 +181,27 @@ def _after(
         return compiler(gm, example_inputs, **kwargs)
 
     return compile_lowered
+
+
+def _fusable(gm: fx.GraphModule) -> None:
+    """Swap each DUT op that has a fusable form (:data:`asic_backend.quant_ops.FUSABLE`) for it,
+    so Inductor fuses its host work (quantize, rescale) with the neighbouring ops.
+
+    Only on float32 activations: with bfloat16 or float16 ones, eager rounds the scale to that
+    dtype between steps, which Inductor's fused kernel would skip (one ulp of the scale is a
+    different int8 value), so those keep the op whole and bit-exact.
+    """
+    for module in graph_modules(gm):
+        swapped = False
+        for node in module.graph.nodes:
+            if node.op != "call_function" or node.target not in FUSABLE:
+                continue
+            x = example_value(node.args[0]) if isinstance(node.args[0], fx.Node) else None
+            if isinstance(x, torch.Tensor) and x.dtype == torch.float32:
+                node.target = FUSABLE[node.target]
+                swapped = True
+        if swapped:
+            module.recompile()
 
 
 def _autograd_live(example_inputs: Sequence[Any]) -> bool:

@@ -30,6 +30,7 @@ from torch import Tensor
 from asic_backend import numerics
 from asic_backend.conv import ConvGeometry, conv_out_size
 from asic_backend.device import get_device, run_conv_i32, run_conv_requant
+from asic_backend.oplib import dut_op
 from asic_backend.quant_ops import (
     Pt2eOutput,
     new_cache,
@@ -148,7 +149,7 @@ def _rescale(acc: Tensor, scale: Tensor, bias: Tensor | None) -> Tensor:
     return torch.addcmul(_channel_view(bias.to(torch.float32), spatial), acc, scale, out=y)
 
 
-@torch.library.custom_op("asic::dyn_conv", mutates_args=())
+@dut_op("asic::dyn_conv")
 def dyn_conv(
     x: Tensor,
     w: Tensor,
@@ -199,7 +200,7 @@ def _(
 # -- asic::qconv: PT2E (quantized_decomposed) convolutions --------------------------------------
 
 
-@torch.library.custom_op("asic::qconv", mutates_args=())
+@dut_op("asic::qconv")
 def qconv(
     x_q: Tensor,
     x_scale: Tensor,

@@ -21,6 +21,8 @@ from asic_backend.cycles import ACC_BYTES, GemmCost, conv_cost, gemm_cost
 
 #: How many per-GEMM costs a device remembers since its last reset (oldest dropped first).
 COST_HISTORY = 4096
+#: How many distinct GEMM shapes a device keeps the cost of (then it starts over).
+COST_MEMO = 65536
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +129,9 @@ class Device:
         self._host_macs = 0
         self._sites: dict[HostFallback, HostFallbackStats] = {}  # first-seen order
         self._costs: collections.deque[GemmCost] = collections.deque(maxlen=COST_HISTORY)
+        # A cost depends only on the shape and the config: computed once per shape, so a call
+        # adds precomputed numbers to the counters (GemmCost is frozen, safe to share).
+        self._memo: dict[object, GemmCost] = {}
 
     def __repr__(self) -> str:
         return f"Device({self.key!r}, {self.snapshot()})"
@@ -151,6 +156,31 @@ class Device:
             self._host_macs = 0
             self._sites.clear()
             self._costs.clear()
+
+    def gemm_cost(
+        self, m: int, k: int, n: int, out_bytes: int, input_bytes: int | None = None
+    ) -> GemmCost:
+        """:func:`asic_backend.cycles.gemm_cost` on this device, computed once per shape."""
+        key = (m, k, n, out_bytes, input_bytes)
+        cost = self._memo.get(key)
+        if cost is None:
+            cost = self._remember(key, gemm_cost(self.config, m, k, n, out_bytes, input_bytes))
+        return cost
+
+    def conv_cost(self, geo: ConvGeometry, out_bytes: int) -> GemmCost:
+        """:func:`asic_backend.cycles.conv_cost` on this device, computed once per geometry."""
+        key = (geo, out_bytes)
+        cost = self._memo.get(key)
+        if cost is None:
+            cost = self._remember(key, conv_cost(self.config, geo, out_bytes))
+        return cost
+
+    def _remember(self, key: object, cost: GemmCost) -> GemmCost:
+        # Racing threads may both compute a cost: the same value, so either is right.
+        if len(self._memo) >= COST_MEMO:
+            self._memo.clear()
+        self._memo[key] = cost
+        return cost
 
     def record_gemm(self, cost: GemmCost, count: int = 1) -> None:
         """Count ``count`` GEMMs of this cost run on the DUT (a grouped conv issues one a group)."""
@@ -193,6 +223,12 @@ class Device:
         """The cost of each GEMM since the last reset, oldest first (the last 4096 at most)."""
         with self._lock:
             return tuple(self._costs)
+
+    def history(self) -> tuple[int, tuple[GemmCost, ...]]:
+        """``(dut_ops, last_costs)`` read together: the GEMMs issued since the last reset, and
+        the costs of the last 4096 of them (one entry per GEMM; equal shapes share one object)."""
+        with self._lock:
+            return self._dut_ops, tuple(self._costs)
 
 
 _registry: dict[str, Device] = {}
@@ -297,7 +333,7 @@ def run_mm_i32(
     _check_device(device)
     acc = numerics.linear_i32(a_q, w_q, a_zp, bias_i32, device.config.acc_overflow)
     m, k = a_q.shape
-    device.record_gemm(gemm_cost(device.config, m, k, w_q.shape[0], ACC_BYTES))
+    device.record_gemm(device.gemm_cost(m, k, w_q.shape[0], ACC_BYTES))
     return acc
 
 
@@ -308,7 +344,7 @@ def run_bmm_i32(a_q: torch.Tensor, w_q: torch.Tensor, *, device: Device) -> torc
     acc = numerics.bmm_i32(a_q, w_q, device.config.acc_overflow)
     batch, m, k = a_q.shape
     if batch:
-        device.record_gemm(gemm_cost(device.config, m, k, w_q.shape[1], ACC_BYTES), count=batch)
+        device.record_gemm(device.gemm_cost(m, k, w_q.shape[1], ACC_BYTES), count=batch)
     return acc
 
 
@@ -341,7 +377,7 @@ def run_linear_requant(
         rounding=device.config.requant_rounding,
     )
     m, k = a_q.shape
-    device.record_gemm(gemm_cost(device.config, m, k, w_q.shape[0], out_bytes=1))
+    device.record_gemm(device.gemm_cost(m, k, w_q.shape[0], out_bytes=1))
     return out
 
 
@@ -362,7 +398,7 @@ def run_conv_i32(
     acc = conv_i32(
         x_q, w_q, geo, a_zp=a_zp, bias_i32=bias_i32, acc_overflow=device.config.acc_overflow
     )
-    device.record_gemm(conv_cost(device.config, geo, out_bytes), count=geo.groups)
+    device.record_gemm(device.conv_cost(geo, out_bytes), count=geo.groups)
     return acc
 
 
@@ -393,5 +429,5 @@ def run_conv_requant(
         rows, multiplier, shift, out_zp, qmin, qmax, device.config.requant_rounding
     )
     out = out.reshape(geo.batch, *geo.out_size, geo.out_channels).movedim(-1, 1).contiguous()
-    device.record_gemm(conv_cost(device.config, geo, out_bytes=1), count=geo.groups)
+    device.record_gemm(device.conv_cost(geo, out_bytes=1), count=geo.groups)
     return out

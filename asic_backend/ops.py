@@ -25,9 +25,10 @@ import torch
 
 from asic_backend import numerics
 from asic_backend.device import get_device, run_linear_requant, run_mm_i32
+from asic_backend.oplib import dut_op
 
 
-@torch.library.custom_op("asic::mm_i32", mutates_args=())
+@dut_op("asic::mm_i32")
 def mm_i32(
     a_q: torch.Tensor,
     w_q: torch.Tensor,
@@ -53,7 +54,7 @@ def _mm_i32_fake(
     return a_q.new_empty((a_q.shape[0], w_q.shape[0]), dtype=torch.int32)
 
 
-@torch.library.custom_op("asic::linear_requant", mutates_args=())
+@dut_op("asic::linear_requant")
 def linear_requant(
     a_q: torch.Tensor,
     w_q: torch.Tensor,

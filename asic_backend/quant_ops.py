@@ -30,6 +30,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from asic_backend import numerics
 from asic_backend.device import get_device, run_bmm_i32, run_linear_requant, run_mm_i32
 from asic_backend.numerics import INT8_MAX, INT8_MIN
+from asic_backend.oplib import dut_op
 
 #: uint8 activations (PT2E x86) enter the int8 array shifted by this; exact, both ways.
 UINT8_SHIFT = 128
@@ -85,12 +86,14 @@ def choose_qparams_rows(
     return scale.to(scale_dtype or x.dtype), zp
 
 
-def quantize_rows(x: Tensor, scale: Tensor, zp: Tensor, qmin: int, qmax: int) -> Tensor:
+def quantize_rows(x: Tensor, scale: Tensor, zp: Tensor | None, qmin: int, qmax: int) -> Tensor:
     """``clamp(round(x · (1/scale)) + zp)`` as int8: TorchAO's and PT2E's formula (a reciprocal
-    multiply, ``torch.round`` is half to even)."""
-    q = x * (1.0 / scale)
+    multiply, ``torch.round`` is half to even). ``zp`` None: a zero zero-point (symmetric), which
+    adds nothing; passing None rather than zeros spares a pass and a host sync per call."""
+    # torch computes 1.0 / scale as reciprocal(scale) * 1.0: the same values, one kernel fewer.
+    q = x * torch.reciprocal(scale)
     q.round_()
-    if bool(zp.any()):  # a zero zero-point adds nothing (symmetric): skip a pass
+    if zp is not None:
         q.add_(zp)
     return q.clamp_(qmin, qmax).to(torch.int8)
 
@@ -102,13 +105,21 @@ def quantize_sym_rows(x: Tensor) -> tuple[Tensor, Tensor]:
     A row of one value (the operand of an outer product, K = 1, such as rotary angles) takes
     ``|v| / 127`` instead, so it becomes exactly ±127 and the product is exact: int8 rounding
     would shift every angle by up to 0.4%.
+
+    It runs on every call of every dynamic layer, so it takes the fewest kernels that give
+    :func:`choose_qparams_rows`' values exactly: ``max(|x|)`` is ``max(-min(x, 0), max(x, 0))``
+    (``abs`` is exact), computed in ``x``'s dtype as TorchAO does, and nothing reads the data on
+    the host, so it also traces (and fuses under Inductor) without a graph break.
     """
     if x.shape[-1] == 1:
         scale = torch.clamp(x.abs().to(torch.float32) / INT8_MAX, min=F32_EPS)
-        zero = torch.zeros_like(scale, dtype=torch.int32)
-        return quantize_rows(x, scale, zero, INT8_MIN, INT8_MAX), scale
-    scale, zp = choose_qparams_rows(x, symmetric=True)
-    return quantize_rows(x, scale, zp, INT8_MIN, INT8_MAX), scale
+    else:
+        # amax is a fresh tensor: the steps on it are in place (one allocation, not three).
+        scale = x.abs().amax(dim=-1, keepdim=True)
+        scale = scale.div_(float(INT8_MAX - INT8_MIN) / 2).clamp_(min=F32_EPS)
+        if scale.dtype != torch.float32:
+            scale = scale.to(torch.float32)
+    return quantize_rows(x, scale, None, INT8_MIN, INT8_MAX), scale
 
 
 def stamp(t: Tensor | None) -> tuple[Any, ...] | None:
@@ -204,7 +215,7 @@ def _check_k(op: str, k_x: int | torch.SymInt, k_w: int | torch.SymInt) -> None:
 # -- asic::dyn_qlinear: TorchAO converted weights ----------------------------------------------
 
 
-@torch.library.custom_op("asic::dyn_qlinear", mutates_args=())
+@dut_op("asic::dyn_qlinear")
 def dyn_qlinear(
     x: Tensor,
     w_q: Tensor,
@@ -245,7 +256,9 @@ def dyn_qlinear(
         scale_dtype=torch.float32 if act_scale_f32 else None,
         per_tensor=not act_per_token,
     )
-    xq = quantize_rows(x2, scale, zp, act_qmin, act_qmax)
+    # A symmetric zero point is the constant (qmax + qmin + 1) // 2: 0 for int8, no pass.
+    zero_zp = act_symmetric and int((act_qmax + act_qmin + 1) / 2) == 0
+    xq = quantize_rows(x2, scale, None if zero_zp else zp, act_qmin, act_qmax)
     a_zp = 0 if act_symmetric else (zp if act_per_token else zp.reshape(1))
     acc = run_mm_i32(xq, w_q, a_zp=a_zp, device=get_device(device))
     work = torch.float32 if scale.dtype == torch.float16 else scale.dtype
@@ -277,7 +290,51 @@ def _(
 # -- asic::dyn_linear: float linears, dynamic int8 ---------------------------------------------
 
 
-@torch.library.custom_op("asic::dyn_linear", mutates_args=())
+@dut_op("asic::dyn_weight_mm")
+def dyn_weight_mm(
+    x_q: Tensor, w: Tensor, w_transposed: bool, cache_weight: bool, device: str
+) -> tuple[Tensor, Tensor]:
+    """The DUT GEMM of a float linear: ``x_q [M, K]`` int8 by the float weight ``w``, quantized
+    symmetric per output channel with TorchAO's formula (and cached while unchanged when
+    ``cache_weight``). Returns the int32 accumulator ``[M, N]`` and the weight scales ``[N]``
+    (float32). ``w_transposed``: ``w`` is ``[K, N]`` instead of ``[N, K]``.
+    """
+    w_q, w_scale = (_cached_weight if cache_weight else _quantize_weight)(w, w_transposed)
+    _check_k("dyn_linear", x_q.shape[-1], w_q.shape[-1])
+    if x_q.shape[0] == 0:  # nothing to issue
+        return x_q.new_zeros((0, w_q.shape[0]), dtype=torch.int32), w_scale.clone()
+    acc = run_mm_i32(x_q, w_q, device=get_device(device))
+    # A copy: the cached scales must not be an output a compiler may reuse as a buffer.
+    return acc, w_scale.clone()
+
+
+@dyn_weight_mm.register_fake
+def _(
+    x_q: Tensor, w: Tensor, w_transposed: bool, cache_weight: bool, device: str
+) -> tuple[Tensor, Tensor]:
+    k_w, n = (w.shape[0], w.shape[1]) if w_transposed else (w.shape[1], w.shape[0])
+    _check_k("dyn_linear", x_q.shape[-1], k_w)
+    return x_q.new_empty((x_q.shape[0], n), dtype=torch.int32), w.new_empty(
+        (n,), dtype=torch.float32
+    )
+
+
+def _dyn_linear(
+    x: Tensor,
+    w: Tensor,
+    bias: Tensor | None,
+    w_transposed: bool,
+    cache_weight: bool,
+    device: str,
+    gemm: Callable[[Tensor, Tensor, bool, bool, str], tuple[Tensor, Tensor]],
+) -> Tensor:
+    xq, x_scale = quantize_sym_rows(x.reshape(-1, x.shape[-1]))
+    acc, w_scale = gemm(xq, w, w_transposed, cache_weight, device)
+    y = numerics.dequantize_acc(acc, x_scale, w_scale, bias)
+    return y.to(x.dtype).reshape(_out_shape(x, acc.shape[-1])).contiguous()
+
+
+@dut_op("asic::dyn_linear")
 def dyn_linear(
     x: Tensor,
     w: Tensor,
@@ -293,19 +350,7 @@ def dyn_linear(
     result is scaled on the host. ``w_transposed``: ``w`` is ``[K, N]`` (``x @ w``, GPT-2's
     ``Conv1D``) instead of ``[N, K]``.
     """
-    k = x.shape[-1]
-    x2 = x.reshape(-1, k)
-    if cache_weight:
-        w_q, w_scale = _cached_weight(w, w_transposed)
-    else:
-        w_q, w_scale = _quantize_weight(w, w_transposed)
-    n = w_q.shape[0]
-    if x2.shape[0] == 0:
-        return x.new_zeros(_out_shape(x, n))
-    xq, x_scale = quantize_sym_rows(x2)
-    acc = run_mm_i32(xq, w_q, device=get_device(device))
-    y = numerics.dequantize_acc(acc, x_scale, w_scale, bias)
-    return y.to(x.dtype).reshape(_out_shape(x, n)).contiguous()
+    return _dyn_linear(x, w, bias, w_transposed, cache_weight, device, dyn_weight_mm)
 
 
 @dyn_linear.register_fake
@@ -320,6 +365,37 @@ def _(
     k_w, n = (w.shape[0], w.shape[1]) if w_transposed else (w.shape[1], w.shape[0])
     _check_k("dyn_linear", x.shape[-1], k_w)
     return x.new_empty(_out_shape(x, n))
+
+
+def _dyn_linear_fusable(
+    x: Tensor,
+    w: Tensor,
+    bias: Tensor | None,
+    w_transposed: bool,
+    cache_weight: bool,
+    device: str,
+) -> Tensor:
+    gemm = torch.ops.asic.dyn_weight_mm.default
+    return _dyn_linear(x, w, bias, w_transposed, cache_weight, device, gemm)
+
+
+# asic::dyn_linear as the host compiler should see it: CompositeImplicitAutograd, so AOTAutograd
+# traces through it (functionalizing the in-place steps) and the graph holds the activation
+# quantization and the rescale as aten ops around the one opaque DUT GEMM: Inductor fuses each
+# side into one kernel, with its neighbours. Same numbers as asic::dyn_linear.
+torch.library.define(
+    "asic::dyn_linear_fusable",
+    "(Tensor x, Tensor w, Tensor? bias, bool w_transposed, bool cache_weight, str device) "
+    "-> Tensor",
+)
+torch.library.impl("asic::dyn_linear_fusable", "CompositeImplicitAutograd", _dyn_linear_fusable)
+
+#: The DUT ops ``host="inductor"`` swaps for their fusable forms before AOTAutograd traces. With
+#: ``host="aten"`` the ops stay whole: there each aten op of the quantization would cost a
+#: Python dispatch, more than it saves.
+FUSABLE: dict[Any, Any] = {
+    torch.ops.asic.dyn_linear.default: torch.ops.asic.dyn_linear_fusable.default,
+}
 
 
 # -- asic::dyn_matmul: activation x activation -------------------------------------------------
@@ -345,7 +421,7 @@ def dut_matmul(a: Tensor, b: Tensor, device: str, alpha: float = 1.0) -> Tensor:
     return y.reshape(*batch, m, n)
 
 
-@torch.library.custom_op("asic::dyn_matmul", mutates_args=())
+@dut_op("asic::dyn_matmul")
 def dyn_matmul(a: Tensor, b: Tensor, device: str) -> Tensor:
     """``a @ b`` of two activations (``[..., M, K] @ [..., K, N]``, batch dims broadcast), both
     quantized dynamically: ``a`` symmetric per row, ``b`` symmetric per column; one DUT GEMM per
@@ -363,7 +439,7 @@ def _(a: Tensor, b: Tensor, device: str) -> Tensor:
 # -- asic::qlinear: PT2E (quantized_decomposed) linears ----------------------------------------
 
 
-@torch.library.custom_op("asic::qlinear", mutates_args=())
+@dut_op("asic::qlinear")
 def qlinear(
     x_q: Tensor,
     x_scale: Tensor,

@@ -9,6 +9,8 @@ the median: on a shared machine every other statistic measures the neighbours to
 from __future__ import annotations
 
 import dataclasses
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,6 +22,8 @@ DUT_PRESET = "default"  # the DUT row of the ratios (every preset runs the same 
 class Row:
     min_s: dict[str, float] = dataclasses.field(default_factory=dict)  # variant -> fastest round
     sim_s: dict[str, float] = dataclasses.field(default_factory=dict)  # preset -> roofline time
+    # variant -> fastest round when the variants ran interleaved (test_interleaved): preferred
+    interleaved: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 _ROWS = pytest.StashKey[dict[str, Row]]()
@@ -34,7 +38,8 @@ def record(
     preset: str | None = None,
     sim_time_s: float | None = None,
 ) -> None:
-    """Note the fastest round of ``variant`` (``fp32``, ``int_mm``, ``dut``) in ``group``.
+    """Note the fastest round of ``variant`` (``fp32``, ``int_mm``, ``dut``, ``dut_inductor``) in
+    ``group``.
 
     ``benchmark.stats`` is pytest-benchmark's and is ``None`` when benchmarking is disabled;
     pytest-codspeed's fixture has none: then only the simulated time is kept.
@@ -48,18 +53,46 @@ def record(
         row.sim_s[preset] = sim_time_s
 
 
+def record_interleaved(config: pytest.Config, group: str, best: dict[str, float]) -> None:
+    """Note the fastest round of each variant of ``group`` measured by :func:`best_interleaved`;
+    the table prefers these (every variant saw the same machine)."""
+    config.stash.setdefault(_ROWS, {}).setdefault(group, Row()).interleaved.update(best)
+
+
+def best_interleaved(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
+    """Best time (s) of each function over ``rounds`` round-robin passes.
+
+    Interleaving makes every candidate see the same machine: on a shared 2-core host a
+    neighbour's load (or a slow spell of memory bandwidth, which a decode GEMV is bound by)
+    would otherwise land on whichever benchmark ran at that moment.
+    """
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
 def ratio_table(rows: dict[str, Row]) -> list[str]:
     """Markdown: one line per group that has all three wall times."""
     presets = sorted({p for row in rows.values() for p in row.sim_s})
+    fused = any("dut_inductor" in {*row.min_s, *row.interleaved} for row in rows.values())
     head = ["layer (M×K×N)", "fp32 ms", "int_mm ms", "DUT ms", "DUT/fp32", "DUT/int_mm"]
+    if fused:
+        head += ["DUT ind ms", "DUT ind/int_mm"]
     head += [f"sim {p} µs" for p in presets]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for group, row in rows.items():
-        t = row.min_s
+        t = row.interleaved if {"fp32", "int_mm", "dut"} <= row.interleaved.keys() else row.min_s
         if not {"fp32", "int_mm", "dut"} <= t.keys():
             continue
         cells = [group, *(_number(t[v] * 1e3) for v in ("fp32", "int_mm", "dut"))]
         cells += [f"{t['dut'] / t['fp32']:.2f}", f"{t['dut'] / t['int_mm']:.2f}"]
+        if fused:
+            ind = t.get("dut_inductor")
+            cells += [_number(ind * 1e3), f"{ind / t['int_mm']:.2f}"] if ind else ["-", "-"]
         cells += [_number(row.sim_s[p] * 1e6) if p in row.sim_s else "-" for p in presets]
         out.append("| " + " | ".join(cells) + " |")
     return out if len(out) > 2 else []

@@ -1,19 +1,27 @@
-"""The ``asic`` backend's int8 path, side by side with eager fp32 and raw ``torch._int_mm``.
+"""The ``asic`` backend's int8 path, side by side with eager fp32, raw ``torch._int_mm`` and the
+best production int8 path on the CPU; and its compile time.
 
 A float MLP 256x4096 -> 4096 -> 4096 (two linears) compiled with ``backend="asic"`` (dynamic int8
-on the DUT), the same model eager in fp32, and the same two GEMMs as raw ``torch._int_mm``; plus
-the compile time of ``asic`` against ``aot_eager``. Targets (issue 4): asic <= 0.8x eager fp32,
-<= 1.5x raw ``_int_mm``, compile <= 1.5x ``aot_eager``. The per-candidate benchmarks give the
-side-by-side table; ``test_ratios`` measures the three interleaved (robust to a busy host),
-prints the ratios and stores them in its ``extra_info``. Nothing here asserts on time.
+on the DUT; the host part as aten, or fused by Inductor with ``host="inductor"``), the same model
+eager in fp32, the same two GEMMs as raw ``torch._int_mm``, and the same model quantized with
+TorchAO's ``Int8DynamicActivationInt8WeightConfig`` compiled with ``backend="inductor"`` (the
+peer). Compile time is measured on that MLP and on a small transformers Llama, against
+``aot_eager`` and ``inductor``: Dynamo's own timing of the frames' compiles, so a backend whose
+kernels run faster (or slower) in the first call does not look like it compiles faster.
+
+Targets (issue 15): asic <= 0.35x eager fp32 and <= 1.0x the TorchAO peer; compile <= 1.0x
+``aot_eager`` on both models. The per-candidate benchmarks give the side-by-side table;
+``test_ratios`` measures the candidates interleaved (robust to a busy host), prints the ratios
+and stores them in its ``extra_info``. Nothing here asserts on time.
 
     pytest benchmarks/test_backend.py                      # the figures
+    OMP_NUM_THREADS=1 pytest benchmarks/test_backend.py    # the same on one intra-op thread
     pytest benchmarks/test_backend.py --benchmark-disable  # a plain (fast) correctness run
 """
 
 from __future__ import annotations
 
-import time
+import copy
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,14 +29,20 @@ import pytest
 import torch
 from torch import nn
 
+from asic_backend import make_backend
 from asic_backend.device import get_device
+from benchmarks.conftest import best_interleaved
 
 pytest.importorskip("pytest_benchmark")
 
 M, K, N = 256, 4096, 4096
 GROUP = "mlp-256x4096x4096"
-#: Compile times (s) measured by test_compile_time, for test_ratios.
-_compile_times: dict[str, float] = {}
+#: TorchAO's Int8Tensor asks for a cache hash it does not have yet: its concern, not the figures.
+_AO_CACHE_WARNING = "ignore:Int8Tensor does not implement _stable_hash_for_caching:UserWarning"
+#: Dynamic int8 against fp32: max |error| / max |y|.
+TOLERANCE = 5e-2
+#: Compile-only seconds per model and backend, measured by test_compile_time, for test_ratios.
+_compile_times: dict[str, dict[str, float]] = {}
 
 
 @pytest.fixture(scope="module")
@@ -50,12 +64,42 @@ def _no_grad() -> Iterator[None]:
     torch._dynamo.reset()
 
 
+def _close(out: torch.Tensor, ref: torch.Tensor) -> None:
+    error = float((out - ref).abs().max() / ref.abs().max())
+    assert error < TOLERANCE, f"{error:.3g} off fp32 (max |error| / max |y|)"
+
+
+def _asic(model: nn.Module, host: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    compiled: Callable[[torch.Tensor], torch.Tensor] = torch.compile(
+        model, backend=make_backend(host=host), fullgraph=True
+    )
+    return compiled
+
+
+def _torchao_peer(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """TorchAO's dynamic int8 (per-token activations, per-channel weights) under Inductor."""
+    ao = pytest.importorskip("torchao.quantization")
+    peer = copy.deepcopy(model)
+    ao.quantize_(peer, ao.Int8DynamicActivationInt8WeightConfig())
+    compiled: Callable[[torch.Tensor], torch.Tensor] = torch.compile(
+        peer, backend="inductor", fullgraph=True
+    )
+    return compiled
+
+
+def _int_mm_pair() -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
+    a = torch.randint(-128, 128, (M, K), dtype=torch.int8)
+    w1 = torch.randint(-128, 128, (N, K), dtype=torch.int8)
+    w2 = torch.randint(-128, 128, (N, N), dtype=torch.int8)
+    # The DUT's layout: weights [N, K], multiplied as a transposed view.
+    return lambda: (torch._int_mm(a, w1.t()), torch._int_mm(a, w2.t()))
+
+
 @pytest.mark.benchmark(group=GROUP)
-def test_asic(benchmark: Any, model: nn.Module, x: torch.Tensor) -> None:
-    compiled = torch.compile(model, backend="asic", fullgraph=True)
-    ref = model(x)
-    out = compiled(x)  # compile, and quantize the weights once (they are cached)
-    assert float((out - ref).abs().max() / ref.abs().max()) < 5e-2
+@pytest.mark.parametrize("host", ["aten", "inductor"])
+def test_asic(benchmark: Any, model: nn.Module, x: torch.Tensor, host: str) -> None:
+    compiled = _asic(model, host)
+    _close(compiled(x), model(x))  # compiles, and quantizes the weights once (they are cached)
     device = get_device()  # backend="asic"'s: $ASIC_BACKEND_CONFIG or the default preset
     device.reset()
     compiled(x)
@@ -66,7 +110,7 @@ def test_asic(benchmark: Any, model: nn.Module, x: torch.Tensor) -> None:
         cycles_per_call=per_call.cycles,
         utilization=round(per_call.utilization, 4),
     )
-    assert per_call.dut_ops == 2
+    assert (per_call.dut_ops, per_call.host_fallbacks) == (2, 0)
     benchmark(compiled, x)
 
 
@@ -77,87 +121,111 @@ def test_eager_fp32(benchmark: Any, model: nn.Module, x: torch.Tensor) -> None:
 
 @pytest.mark.benchmark(group=GROUP)
 def test_raw_int_mm(benchmark: Any) -> None:
-    a = torch.randint(-128, 128, (M, K), dtype=torch.int8)
-    w1 = torch.randint(-128, 128, (N, K), dtype=torch.int8)
-    w2 = torch.randint(-128, 128, (N, N), dtype=torch.int8)
-
-    def two_gemms() -> tuple[torch.Tensor, torch.Tensor]:
-        # The DUT's layout: weights [N, K], multiplied as a transposed view.
-        return torch._int_mm(a, w1.t()), torch._int_mm(a, w2.t())
-
-    benchmark(two_gemms)
+    benchmark(_int_mm_pair())
 
 
-def _first_call_seconds(backend: str, model: nn.Module, x: torch.Tensor) -> float:
-    """Compile time as a user sees it: the first call after a reset (trace, lower, compile, run)."""
+@pytest.mark.benchmark(group=GROUP)
+@pytest.mark.filterwarnings(_AO_CACHE_WARNING)
+def test_torchao_inductor(benchmark: Any, model: nn.Module, x: torch.Tensor) -> None:
+    peer = _torchao_peer(model)
+    _close(peer(x), model(x))
+    benchmark(peer, x)
+
+
+# -- compile time -------------------------------------------------------------------------------
+
+
+def _llama() -> tuple[nn.Module, torch.Tensor]:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        vocab_size=1000,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).eval(), torch.randint(0, 1000, (1, 32))
+
+
+def _compile_seconds(backend: Any, model: nn.Module, x: torch.Tensor) -> float:
+    """Compile time of the first call after a reset, as Dynamo times it: every frame's
+    ``_compile.compile_inner`` (tracing, the backend, guards), so the run is left out (a first
+    call also warms oneDNN's kernels and quantizes weights, which are not compiling)."""
+    from torch._dynamo.utils import compilation_time_metrics
+
     torch._dynamo.reset()
-    start = time.perf_counter()
-    torch.compile(model, backend=backend, fullgraph=True)(x)
-    return time.perf_counter() - start
+    compilation_time_metrics.clear()
+    torch.compile(model, backend=backend)(x)
+    return sum(compilation_time_metrics.get("_compile.compile_inner", []))
 
 
-def _best_interleaved(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
-    """Best time of each function over ``rounds`` round-robin passes.
-
-    Interleaving makes every candidate see the same machine: on a shared 2-core host a
-    neighbour's load would otherwise land on whichever benchmark ran at that moment.
-    """
+def _best_compile(fns: dict[str, Callable[[], float]], rounds: int) -> dict[str, float]:
+    """:func:`~benchmarks.conftest.best_interleaved` for functions that measure themselves
+    (compile seconds)."""
     best = dict.fromkeys(fns, float("inf"))
     for _ in range(rounds):
         for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            best[name] = min(best[name], time.perf_counter() - start)
+            best[name] = min(best[name], fn())
     return best
 
 
 @pytest.mark.benchmark(group="compile")
-def test_compile_time(benchmark: Any, model: nn.Module, x: torch.Tensor) -> None:
-    fns = {
-        name: (lambda b=name: _first_call_seconds(b, model, x)) for name in ("asic", "aot_eager")
-    }
+@pytest.mark.parametrize("which", ["mlp", "llama"])
+def test_compile_time(benchmark: Any, model: nn.Module, x: torch.Tensor, which: str) -> None:
+    net, inp = (model, x) if which == "mlp" else _llama()
+    backends = {"asic": "asic", "aot_eager": "aot_eager", "inductor": "inductor"}
+    fns = {name: (lambda b=b: _compile_seconds(b, net, inp)) for name, b in backends.items()}
     if benchmark.disabled:
         benchmark(fns["asic"])
         return
-    _compile_times.update(_best_interleaved(fns, rounds=3))
+    _compile_times[which] = _best_compile(fns, rounds=5)
     benchmark.pedantic(fns["asic"], rounds=3, iterations=1)
-    benchmark.extra_info.update({f"compile_s_{k}": round(v, 4) for k, v in _compile_times.items()})
+    benchmark.extra_info.update(
+        {f"compile_s_{k}": round(v, 4) for k, v in _compile_times[which].items()}
+    )
 
 
 @pytest.mark.benchmark(group="ratios")
+@pytest.mark.filterwarnings(_AO_CACHE_WARNING)
 def test_ratios(
     benchmark: Any, model: nn.Module, x: torch.Tensor, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The issue's ratios, measured interleaved (see :func:`_best_interleaved`)."""
-    compiled = torch.compile(model, backend="asic", fullgraph=True)
-    compiled(x)
-    a = torch.randint(-128, 128, (M, K), dtype=torch.int8)
-    w1 = torch.randint(-128, 128, (N, K), dtype=torch.int8)
-    w2 = torch.randint(-128, 128, (N, N), dtype=torch.int8)
-    fns: dict[str, Callable[[], Any]] = {
-        "asic": lambda: compiled(x),
-        "eager_fp32": lambda: model(x),
-        "int_mm": lambda: (torch._int_mm(a, w1.t()), torch._int_mm(a, w2.t())),
-    }
+    """The issue's ratios, measured interleaved (:func:`benchmarks.conftest.best_interleaved`)."""
+    fns: dict[str, Callable[[], Any]] = {}
+    for host in ("aten", "inductor"):
+        compiled = _asic(model, host)
+        compiled(x)
+        fns[f"asic_{host}"] = lambda c=compiled: c(x)
+    peer = _torchao_peer(model)
+    peer(x)
+    fns |= {"eager_fp32": lambda: model(x), "int_mm": _int_mm_pair(), "torchao": lambda: peer(x)}
     rounds = 1 if benchmark.disabled else 15
     best: dict[str, float] = {}
-    benchmark.pedantic(lambda: best.update(_best_interleaved(fns, rounds)), rounds=1)
+    benchmark.pedantic(lambda: best.update(best_interleaved(fns, rounds)), rounds=1)
     if benchmark.disabled:  # one pass ran as a smoke test; single-shot ratios would mislead
         return
     ratios = {
-        "asic_over_eager_fp32": best["asic"] / best["eager_fp32"],
-        "asic_over_int_mm": best["asic"] / best["int_mm"],
+        f"asic_{host}_over_{peer_name}": best[f"asic_{host}"] / best[peer_name]
+        for host in ("aten", "inductor")
+        for peer_name in ("eager_fp32", "int_mm", "torchao")
     }
-    if _compile_times:
-        ratios["compile_asic_over_aot_eager"] = _compile_times["asic"] / _compile_times["aot_eager"]
+    for which, times in _compile_times.items():
+        for other in ("aot_eager", "inductor"):
+            ratios[f"compile_{which}_asic_over_{other}"] = times["asic"] / times[other]
     benchmark.extra_info.update(
         {f"best_ms_{k}": round(v * 1e3, 2) for k, v in best.items()},
         **{k: round(v, 3) for k, v in ratios.items()},
     )
     with capsys.disabled():
         print(
-            "\nasic backend (targets: eager <= 0.8, int_mm <= 1.5, compile <= 1.5): "
-            + ", ".join(f"{k}={v:.2f}" for k, v in ratios.items())
-            + " | best ms: "
-            + ", ".join(f"{k}={v * 1e3:.1f}" for k, v in best.items())
+            f"\nasic backend, {torch.get_num_threads()} intra-op thread(s) (targets: "
+            "eager_fp32 <= 0.35, torchao <= 1.0, compile over aot_eager <= 1.0):"
         )
+        for k, v in ratios.items():
+            print(f"  {k} = {v:.2f}")
+        print("  best ms: " + ", ".join(f"{k}={v * 1e3:.1f}" for k, v in best.items()))
+        for which, times in _compile_times.items():
+            print(f"  compile s ({which}): " + ", ".join(f"{k}={v:.3f}" for k, v in times.items()))

@@ -8,7 +8,9 @@ One benchmark group per layer shape (``--benchmark-group-by=group``, the default
 * ``test_dut[<preset>]``: the DUT path for the presets ``default``, ``gemmini`` and ``tpu_v1``:
   the ``asic::dyn_linear`` op the backend lowers a float linear to (quantize per token, int8
   GEMM on the simulator, rescale), or for ``mlp`` the block compiled with ``backend="asic"``. Its
-  simulated figures (cycles, utilization, bound, roofline time) are in ``extra_info``.
+  simulated figures (cycles, utilization, bound, roofline time) are in ``extra_info``;
+* ``test_dut_inductor``: the layer (or block) compiled with ``make_backend(host="inductor")`` on
+  the ``default`` preset, the host work around each DUT GEMM fused into Inductor kernels.
 
 A model width of 2048 (Llama-7B's is 4096) keeps it to minutes on 2 CPU cores. Decode runs
 M = 1 and 8 tokens, prefill M = 128 and 512; ``qkv`` is d -> 3d, ``o`` d -> d, ``up`` d -> 4d,
@@ -17,7 +19,8 @@ M = 1 and 8 tokens, prefill M = 128 and 512; ``qkv`` is d -> 3d, ``o`` d -> d, `
     pytest benchmarks/test_int8_path.py --benchmark-only --asic-roofline docs/roofline.svg
     pytest benchmarks/test_int8_path.py --benchmark-disable      # plain tests, as CI runs them
 
-A table of the DUT/fp32 and DUT/int_mm ratios per shape closes a timed run (``conftest.py``).
+A table of the DUT/fp32 and DUT/int_mm ratios per shape closes a timed run (``conftest.py``),
+from ``test_interleaved``, which runs the four candidates of a shape round robin.
 Every test first checks its numbers (DUT close to fp32, ``_int_mm`` exact, the simulated figures
 equal to the cycle model's), so a fast wrong path fails; nothing asserts on time.
 """
@@ -39,7 +42,7 @@ from asic_backend import make_backend
 from asic_backend.config import AsicConfig
 from asic_backend.cycles import ACC_BYTES, gemm_cost
 from asic_backend.device import get_device
-from benchmarks.conftest import record
+from benchmarks.conftest import DUT_PRESET, best_interleaved, record, record_interleaved
 
 pytest.importorskip("pytest_benchmark")
 
@@ -69,8 +72,9 @@ class Layer:
 
     @property
     def rounds(self) -> int:
-        # Enough rounds for one undisturbed round, in about a second per row on 2 cores.
-        return 30 if self.m <= 8 else 10
+        # Enough rounds for one undisturbed round on a shared 2-core host: a decode call is a
+        # fraction of a millisecond, so 200 of them take about as long as 10 prefill calls.
+        return 200 if self.m <= 8 else 10
 
 
 PROJECTIONS = {"qkv": (D, 3 * D), "o": (D, D), "up": (D, 4 * D), "down": (4 * D, D)}
@@ -181,6 +185,36 @@ def test_dut(
         key = get_device(config).key
         target = functools.partial(_dyn_linear, w=w, b=b, key=key)
         ref = F.linear(x[:4], w, b)  # rows are quantized independently: 4 rows check them all
+    _run_dut(asic_benchmark, benchmark, layer, config, target, x, ref, request, "dut")
+
+
+@pytest.mark.parametrize("layer", LAYER_PARAMS)
+def test_dut_inductor(
+    asic_benchmark: Any, benchmark: Any, layer: Layer, request: pytest.FixtureRequest
+) -> None:
+    """The layer compiled with ``make_backend(host="inductor")``: the quantization and the
+    rescale fused into one host kernel each, around the DUT GEMM."""
+    config = AsicConfig.preset(DUT_PRESET)
+    x = activation(layer.m, layer.k)
+    block = mlp(layer) if layer.kind == "mlp" else linear(layer.k, layer.n).eval()
+    backend = make_backend(config=config, host="inductor")
+    target = torch.compile(block, backend=backend, fullgraph=True)
+    with torch.no_grad():
+        ref = block(x[:4])
+        _run_dut(asic_benchmark, benchmark, layer, config, target, x, ref, request, "dut_inductor")
+
+
+def _run_dut(
+    asic_benchmark: Any,
+    benchmark: Any,
+    layer: Layer,
+    config: AsicConfig,
+    target: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    ref: torch.Tensor,
+    request: pytest.FixtureRequest,
+    variant: str,
+) -> None:
     asic_benchmark.label = f"{layer.phase} {layer.kind}"
     out = asic_benchmark(target, x, rounds=layer.rounds)
     assert_close(out[:4], ref)
@@ -188,7 +222,7 @@ def test_dut(
     # The simulated figures of one call are exactly the cycle model's, for this device.
     info = asic_benchmark.extra_info
     costs = [gemm_cost(config, m, k, n, ACC_BYTES) for m, k, n in layer.gemms]
-    assert info["asic_device"] == preset
+    assert info["asic_device"] == config.name
     assert info["asic_dut_ops"] == len(costs)
     assert info["asic_host_fallbacks"] == 0
     assert info["asic_macs"] == sum(c.macs for c in costs)
@@ -198,11 +232,50 @@ def test_dut(
     record(
         request.config,
         layer.group,
-        "dut",
+        variant,
         benchmark,
-        preset=preset,
+        preset=config.name,
         sim_time_s=info["asic_roofline_time_s"],
     )
+
+
+@pytest.mark.parametrize("layer", LAYER_PARAMS)
+def test_interleaved(benchmark: Any, layer: Layer, request: pytest.FixtureRequest) -> None:
+    """fp32, ``int_mm`` and the DUT (the op, and compiled with ``host="inductor"``) run round
+    robin, so each ratio of the closing table compares runs on the same machine at the same
+    moments (:func:`benchmarks.conftest.best_interleaved`)."""
+    # Every layer compiles nn.Linear.forward anew: without a reset the recompile limit would
+    # send the later layers to eager fp32.
+    torch._dynamo.reset()
+    config = AsicConfig.preset(DUT_PRESET)
+    x = activation(layer.m, layer.k)
+    operands = [(int8(m, k), int8(n, k)) for m, k, n in layer.gemms]
+    if layer.kind == "mlp":
+        block = mlp(layer)
+        dut: Callable[[torch.Tensor], torch.Tensor] = torch.compile(
+            block, backend=make_backend(config=config), fullgraph=True
+        )
+    else:
+        w, b = weight(layer.k, layer.n)
+        dut = functools.partial(_dyn_linear, w=w, b=b, key=get_device(config).key)
+        block = linear(layer.k, layer.n).eval()
+    fused = torch.compile(block, backend=make_backend(config=config, host="inductor"))
+    fp32 = fp32_fn(layer)
+    fns: dict[str, Callable[[], Any]] = {
+        "fp32": fp32,
+        "int_mm": lambda: [torch._int_mm(a, w.t()) for a, w in operands],
+        "dut": lambda: dut(x),
+        "dut_inductor": lambda: fused(x),
+    }
+    with torch.no_grad():
+        ref = fp32()
+        assert_close(dut(x), ref)
+        assert_close(fused(x), ref)
+        rounds = 1 if benchmark.disabled else layer.rounds
+        best: dict[str, float] = {}
+        benchmark.pedantic(lambda: best.update(best_interleaved(fns, rounds)), rounds=1)
+    if not benchmark.disabled:
+        record_interleaved(request.config, layer.group, best)
 
 
 def _dyn_linear(x: torch.Tensor, *, w: torch.Tensor, b: torch.Tensor, key: str) -> torch.Tensor:

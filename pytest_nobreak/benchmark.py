@@ -94,7 +94,9 @@ class _State:
 
     devices: dict[str, Device]
     snapshots: dict[str, CounterSnapshot]
-    costs: dict[str, tuple[GemmCost, ...]]  # held, so their id()s stay unique while compared
+    # Per device: GEMMs issued since its reset, and the costs of the last ones (equal shapes
+    # share one cost object, so new GEMMs are told by the count, not by identity).
+    histories: dict[str, tuple[int, tuple[GemmCost, ...]]]
 
     @classmethod
     def capture(cls, *, import_backend: bool) -> _State:
@@ -107,15 +109,16 @@ class _State:
         return cls(
             devices,
             {key: d.snapshot() for key, d in devices.items()},
-            {key: d.last_costs for key, d in devices.items()},
+            {key: d.history() for key, d in devices.items()},
         )
 
     def new_gemms(self, before: _State) -> list[tuple[str, GemmCost]]:
         """The GEMMs recorded since ``before``, in order (while the history holds them)."""
         out = []
-        for key, costs in self.costs.items():
-            seen = {id(c) for c in before.costs.get(key, ())}
-            out += [(key, c) for c in costs if id(c) not in seen]
+        for key, (issued, costs) in self.histories.items():
+            new = issued - before.histories.get(key, (0, ()))[0]
+            if new > 0:
+                out += [(key, c) for c in costs[-new:]]
         return out
 
 
