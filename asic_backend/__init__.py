@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 #: Version of the simulator's numeric and cycle model. Bump it whenever a figure it reports can
 #: change for the same input, so baselines recorded with another model are flagged.
-SIM_VERSION = "2"
+SIM_VERSION = "3"
 
 if TYPE_CHECKING:
     from asic_backend.backend import AsicBackend, asic_backend, make_backend

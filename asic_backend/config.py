@@ -24,13 +24,16 @@ if sys.version_info >= (3, 11):
 else:  # tomllib is 3.11+; its backport has the same API
     import tomli as tomllib
 
-Dataflow = Literal["ws", "os"]
+Dataflow = Literal["ws", "os", "is"]
 AccOverflow = Literal["wrap", "saturate"]
 RequantRounding = Literal["tflite", "float64_rne"]
 
 DATAFLOWS: tuple[str, ...] = get_args(Dataflow)
 ACC_OVERFLOWS: tuple[str, ...] = get_args(AccOverflow)
 REQUANT_ROUNDINGS: tuple[str, ...] = get_args(RequantRounding)
+
+#: Weight tiles a PE can hold: 1, or 2 when the next tile loads while the current one computes.
+WEIGHT_BUFFERS: tuple[int, ...] = (1, 2)
 
 #: Operations per multiply-accumulate (a multiply and an add), for TOP/s and ops per byte.
 OPS_PER_MAC = 2
@@ -46,6 +49,11 @@ _MIB = 1024 * 1024
 class AsicConfig:
     """A simulated R x C systolic int8 matmul array, its SRAMs, its DRAM link and its numerics.
 
+    ``dataflow`` is SCALE-Sim's: weight-stationary (``ws``), output-stationary (``os``) or
+    input-stationary (``is``). ``weight_buffers`` is 1, or 2 for a ``ws`` array whose PEs hold a
+    second weight tile, loaded while the first one computes (TPU v1's double buffering); see
+    :func:`asic_backend.cycles.systolic_cycles`.
+
     The defaults are the ``default`` preset. ``acc_overflow`` says what the int32 accumulator does
     when the exact result does not fit; ``requant_rounding`` picks the int32 -> int8 rounding
     (``"tflite"``: gemmlowp fixed point; ``"float64_rne"``: the same multiplier applied in float64,
@@ -55,13 +63,14 @@ class AsicConfig:
     >>> cfg.rows, cfg.key
     (256, 'tpu_v1')
     >>> cfg.replace(rows=64).key          # no longer the preset: its name and a hash of the fields
-    'tpu_v1-95cc0a308b'
+    'tpu_v1-221eef5089'
     """
 
     name: str = "default"
     rows: int = 128
     cols: int = 128
     dataflow: Dataflow = "ws"
+    weight_buffers: int = 1
     clock_hz: float = 1e9
     inp_sram_bytes: int = 4 * _MIB
     wgt_sram_bytes: int = 4 * _MIB
@@ -93,6 +102,17 @@ class AsicConfig:
         object.__setattr__(self, "clock_hz", float(self.clock_hz))
         object.__setattr__(self, "dram_bw_bytes_per_s", float(self.dram_bw_bytes_per_s))
         _check_choice("dataflow", self.dataflow, DATAFLOWS)
+        if isinstance(self.weight_buffers, bool) or self.weight_buffers not in WEIGHT_BUFFERS:
+            raise ValueError(
+                "AsicConfig.weight_buffers must be 1 (single-buffered) or 2 (double-buffered), "
+                f"got {self.weight_buffers!r}"
+            )
+        if self.weight_buffers == 2 and self.dataflow != "ws":
+            raise ValueError(
+                f"AsicConfig.weight_buffers=2 double-buffers the stationary weights of the 'ws' "
+                f"dataflow; the {self.dataflow!r} dataflow holds no weight tile in its PEs "
+                "(use weight_buffers=1, or dataflow='ws')"
+            )
         _check_choice("acc_overflow", self.acc_overflow, ACC_OVERFLOWS)
         _check_choice("requant_rounding", self.requant_rounding, REQUANT_ROUNDINGS)
 
@@ -183,9 +203,12 @@ class AsicConfig:
         return self.peak_ops_per_s / self.dram_bw_bytes_per_s
 
     def describe(self) -> str:
-        """One line for headers and legends: ``default (128x128 ws @ 1 GHz)``."""
+        """One line for headers and legends: ``default (128x128 ws @ 1 GHz)``; a double-buffered
+        array says so: ``tpu_v1 (256x256 ws, 2 weight buffers @ 0.7 GHz)``."""
+        buffers = f", {self.weight_buffers} weight buffers" if self.weight_buffers > 1 else ""
         return (
-            f"{self.name} ({self.rows}x{self.cols} {self.dataflow} @ {self.clock_hz / 1e9:g} GHz)"
+            f"{self.name} ({self.rows}x{self.cols} {self.dataflow}{buffers} "
+            f"@ {self.clock_hz / 1e9:g} GHz)"
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -197,7 +220,10 @@ class AsicConfig:
         """A short stable id: the name alone for an unmodified preset, else name + field hash."""
         if PRESETS.get(self.name) == self:
             return self.name
-        canonical = json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+        fields = self.as_dict()
+        if fields["weight_buffers"] == 1:  # added later: keys made before it stay the same
+            del fields["weight_buffers"]
+        canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return f"{self.name}-{hashlib.sha256(canonical.encode()).hexdigest()[:10]}"
 
 
@@ -223,12 +249,15 @@ PRESETS: Mapping[str, AsicConfig] = MappingProxyType(
     {
         "default": AsicConfig(),
         # TPU v1 (Jouppi et al., ISCA 2017): 256x256 MACs at 700 MHz, DDR3 at 34 GB/s, a 24 MiB
-        # unified buffer, 4 MiB of accumulators, a 4-tile (4 x 64 KiB) weight FIFO.
+        # unified buffer, 4 MiB of accumulators, a 4-tile (4 x 64 KiB) weight FIFO, and "one
+        # 64 KiB tile of weights plus one for double-buffering (to hide the 256 cycles it takes
+        # to shift a tile in)" in the matrix unit.
         "tpu_v1": AsicConfig(
             name="tpu_v1",
             rows=256,
             cols=256,
             dataflow="ws",
+            weight_buffers=2,
             clock_hz=700e6,
             inp_sram_bytes=24 * _MIB,
             wgt_sram_bytes=256 * _KIB,

@@ -1,9 +1,14 @@
 """Closed-form cost of one GEMM on a simulated systolic array: cycles, bytes, roofline.
 
-``Y[M,N] = X[M,K] · W[N,K]ᵀ`` on an R x C array. Cycle counts are SCALE-Sim v2's per-fold
-formulas; traffic is compulsory DRAM traffic plus input re-fetch and partial-sum spill when the
-SRAMs are too small (research/int8-asic.md §5). Everything is integer arithmetic on the shape, so
-the figures are deterministic and CI can gate on them with zero noise.
+``Y[M,N] = X[M,K] · W[N,K]ᵀ`` on an R x C array. Cycle counts are SCALE-Sim's per-fold formulas
+for its three dataflows (weight-, output- and input-stationary): each equals SCALE-Sim's
+"Total Cycles" + 1, as SCALE-Sim counts from cycle 0 (checked against SCALE-Sim 3.0.0, and
+pinned by ``tests/asic/test_cycles.py``). A double-buffered weight-stationary array
+(``weight_buffers=2``) overlaps each fold's weight load with the previous fold's stream, which
+SCALE-Sim does not model. SCALE-Sim's mapping efficiency and compute utilization are reported
+too. Traffic is compulsory DRAM traffic plus input re-fetch and partial-sum spill when the SRAMs
+are too small (research/int8-asic.md §5). Everything is integer arithmetic on the shape, so the
+figures are deterministic and CI can gate on them with zero noise.
 """
 
 from __future__ import annotations
@@ -28,9 +33,12 @@ ACC_BYTES = 4
 class GemmCost:
     """What one ``[m,k] x [k,n]`` GEMM costs on a device.
 
-    ``utilization`` is MACs / (R·C·cycles); ``arithmetic_intensity`` is ops (2 per MAC) per DRAM
-    byte; ``roofline_time_s`` is ``max(cycles / f, bytes / bandwidth)`` and ``bound`` says which
-    term won; ``attained_ops_per_s`` is ops / ``roofline_time_s``.
+    ``utilization`` is MACs / (R·C·cycles); ``mapping_efficiency`` and ``compute_utilization``
+    are SCALE-Sim's (:func:`mapping_efficiency`, :func:`compute_utilization`), means over the
+    GEMM's ``folds`` (:func:`fold_grid`);
+    ``arithmetic_intensity`` is ops (2 per MAC) per DRAM byte; ``roofline_time_s`` is
+    ``max(cycles / f, bytes / bandwidth)`` and ``bound`` says which term won;
+    ``attained_ops_per_s`` is ops / ``roofline_time_s``.
     """
 
     m: int
@@ -44,26 +52,98 @@ class GemmCost:
     bound: Bound
     roofline_time_s: float
     attained_ops_per_s: float
+    mapping_efficiency: float = 0.0
+    compute_utilization: float = 0.0
+    folds: int = 0
 
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def systolic_cycles(config: AsicConfig, m: int, k: int, n: int) -> int:
-    """Cycles of the GEMM on the array, by dataflow (SCALE-Sim v2).
+def fold_grid(config: AsicConfig, m: int, k: int, n: int) -> tuple[int, int, int]:
+    """SCALE-Sim's mapping of the GEMM on the array, ``(Sr, Sc, T)``: ``Sr`` spreads over the
+    rows, ``Sc`` over the columns (``ceil(Sr/R)·ceil(Sc/C)`` folds), ``T`` streams through.
 
-    Weight-stationary: each of the ``ceil(K/R)·ceil(N/C)`` folds preloads R weight rows, streams
-    M activation rows, drains over C-1 and skews over R-1: ``2R + C + M - 2``. Output-stationary:
-    ``ceil(M/R)·ceil(N/C)`` folds, each streaming K with the same fill and drain: ``R + C + K - 2``.
+    ``ws``: the weights are stationary, ``(K, N, M)``; ``os``: the outputs, ``(M, N, K)``;
+    ``is``: the inputs, ``(K, M, N)``.
+    """
+    if config.dataflow == "ws":
+        return k, n, m
+    if config.dataflow == "os":
+        return m, n, k
+    return k, m, n
+
+
+def fold_count(config: AsicConfig, m: int, k: int, n: int) -> int:
+    """How many folds the GEMM takes on the array: ``ceil(Sr/R)·ceil(Sc/C)`` (0 when empty)."""
+    if m == 0 or k == 0 or n == 0:
+        return 0
+    sr, sc, _ = fold_grid(config, m, k, n)
+    return _ceil_div(sr, config.rows) * _ceil_div(sc, config.cols)
+
+
+def systolic_cycles(config: AsicConfig, m: int, k: int, n: int) -> int:
+    """Cycles of the GEMM on the array, by dataflow (SCALE-Sim's, + 1: it counts from 0).
+
+    With ``(Sr, Sc, T)`` from :func:`fold_grid` and ``F = ceil(Sr/R)·ceil(Sc/C)`` folds:
+
+    * ``ws`` and ``is``: each fold preloads its stationary tile (R cycles), streams T, drains over
+      C-1 and skews over R-1: ``F·(2R + C + T - 2)``;
+    * ``os``: nothing to preload; each fold streams K with the same fill and drain:
+      ``F·(R + C + K - 2)``;
+    * ``ws`` with ``weight_buffers=2``: the next fold's weights shift in (R cycles) while the
+      current fold streams its M rows, and its stream follows the current one through the
+      pipeline, so after the first fold each fold adds ``max(M, R)``:
+      ``(2R + C + M - 2) + (F - 1)·max(M, R)``. When M < R (decode) loading is the bottleneck:
+      every fold waits R cycles for its weights, against 2R + C + M - 2 single-buffered.
+
     An empty GEMM is not issued: 0.
     """
     if m == 0 or k == 0 or n == 0:
         return 0
     r, c = config.rows, config.cols
-    if config.dataflow == "ws":
-        return _ceil_div(k, r) * _ceil_div(n, c) * (2 * r + c + m - 2)
-    return _ceil_div(m, r) * _ceil_div(n, c) * (r + c + k - 2)
+    _, _, t = fold_grid(config, m, k, n)
+    folds = fold_count(config, m, k, n)
+    if config.dataflow == "os":
+        return folds * (r + c + t - 2)
+    per_fold = 2 * r + c + t - 2
+    if config.weight_buffers == 2:
+        return per_fold + (folds - 1) * max(t, r)
+    return folds * per_fold
+
+
+def mapping_efficiency(config: AsicConfig, m: int, k: int, n: int) -> float:
+    """SCALE-Sim's "mapping efficiency": the mean over folds of the share of PEs the fold maps,
+    ``used_rows·used_cols / (R·C)``. The folds of a row (column) band share their used rows
+    (columns), so the mean is ``Sr·Sc / (ceil(Sr/R)·R · ceil(Sc/C)·C)``. 0.0 for an empty GEMM.
+
+    >>> mapping_efficiency(AsicConfig.preset("gemmini"), 1, 40, 24)  # K=40 on 16 rows: 3 folds
+    0.625
+    """
+    if m == 0 or k == 0 or n == 0:
+        return 0.0
+    r, c = config.rows, config.cols
+    sr, sc, _ = fold_grid(config, m, k, n)
+    return (sr * sc) / (_ceil_div(sr, r) * r * _ceil_div(sc, c) * c)
+
+
+def compute_utilization(config: AsicConfig, m: int, k: int, n: int) -> float:
+    """SCALE-Sim's "compute utilization": the mean over folds of the MACs the fold does over
+    the MACs the array could do in its cycles, ``used_rows·used_cols·T / (R·C·cycles_fold)``.
+
+    Every fold has the same ``cycles_fold`` in SCALE-Sim's accounting, so this is
+    ``mapping_efficiency · T / cycles_fold``, with ``cycles_fold = 2R + 2C + T - 3`` for ``ws``
+    and ``is`` (SCALE-Sim counts the last column's skew here, which its total does not) and
+    ``R + C + K - 2`` for ``os``. It describes one fold in isolation: a double-buffered array's
+    overlap shows in :attr:`GemmCost.utilization`, not here. 0.0 for an empty GEMM.
+    """
+    if m == 0 or k == 0 or n == 0:
+        return 0.0
+    r, c = config.rows, config.cols
+    _, _, t = fold_grid(config, m, k, n)
+    cycles_fold = r + c + t - 2 if config.dataflow == "os" else 2 * r + 2 * c + t - 3
+    return mapping_efficiency(config, m, k, n) * t / cycles_fold
 
 
 def dram_bytes(
@@ -126,6 +206,9 @@ def gemm_cost(
         bound="compute" if t_compute >= t_memory else "memory",
         roofline_time_s=time_s,
         attained_ops_per_s=ops / time_s if time_s else 0.0,
+        mapping_efficiency=mapping_efficiency(config, m, k, n),
+        compute_utilization=compute_utilization(config, m, k, n),
+        folds=fold_count(config, m, k, n),
     )
 
 

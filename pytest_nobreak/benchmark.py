@@ -8,7 +8,8 @@
 
 It times the target with ``benchmark.pedantic`` and puts the simulated figures of ONE call of it
 in ``benchmark.extra_info`` (``asic_cycles``, ``asic_macs`` (on the DUT), ``asic_host_macs``,
-``asic_utilization``, ``asic_bytes_moved``, ``asic_bound``, ``asic_roofline_time_s``,
+``asic_utilization``, ``asic_mapping_efficiency`` and ``asic_compute_utilization`` (SCALE-Sim's,
+averaged over the call's folds), ``asic_bytes_moved``, ``asic_bound``, ``asic_roofline_time_s``,
 ``asic_dut_ops``, ``asic_host_fallbacks``, ``asic_device``, ...). Those figures are exact: they
 are the device counters read just before and just after a single call, never an average. When
 the target ran exactly once (``--benchmark-disable``, xdist, or ``rounds=1, warmup_rounds=0``)
@@ -169,7 +170,16 @@ class AsicCallFigures:
             info["asic_bound"] = self.bound
             info["asic_roofline_time_s"] = time_s
             info["asic_attained_ops_per_s"] = OPS_PER_MAC * c.macs / time_s if time_s else 0.0
+            info["asic_mapping_efficiency"] = self.fold_mean("mapping_efficiency")
+            info["asic_compute_utilization"] = self.fold_mean("compute_utilization")
         return info
+
+    def fold_mean(self, figure: str) -> float:
+        """SCALE-Sim's per-fold ``figure`` (``mapping_efficiency``, ``compute_utilization``)
+        averaged over every fold of the call's GEMMs, as SCALE-Sim averages a layer's folds."""
+        folds = sum(cost.folds for _, cost in self.gemms)
+        total = sum(getattr(cost, figure) * cost.folds for _, cost in self.gemms)
+        return total / folds if folds else 0.0
 
 
 def _per_call(before: _State, after: _State, calls: int) -> AsicCallFigures:
@@ -323,6 +333,9 @@ def _roofline_payload(gemms: Sequence[tuple[str, GemmCost]], name: str) -> dict[
                 "arithmetic_intensity": cost.arithmetic_intensity,
                 "attained_ops_per_s": cost.attained_ops_per_s,
                 "bound": cost.bound,
+                "utilization": cost.utilization,
+                "mapping_efficiency": cost.mapping_efficiency,
+                "compute_utilization": cost.compute_utilization,
             }
         )
     return {"roofs": roofs, "points": _unique(points)}

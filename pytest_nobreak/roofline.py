@@ -80,6 +80,10 @@ class Point:
     arithmetic_intensity: float
     attained_ops_per_s: float
     bound: Bound = "compute"
+    #: MACs / (R·C·cycles), and SCALE-Sim's mapping efficiency and compute utilization (0..1).
+    utilization: float | None = None
+    mapping_efficiency: float | None = None
+    compute_utilization: float | None = None
 
 
 def render_svg(
@@ -371,10 +375,27 @@ def _points(
 
 
 def _point_tooltip(p: Point) -> str:
-    return (
+    text = (
         f"{p.layer} on {p.device}: {p.arithmetic_intensity:.3g} op/B, "
         f"{_si(p.attained_ops_per_s, 'OP/s')} ({p.bound}-bound)"
     )
+    shares = [
+        (label, value)
+        for label, value in (
+            ("utilization", p.utilization),
+            ("mapping efficiency", p.mapping_efficiency),
+            ("compute utilization", p.compute_utilization),
+        )
+        if value is not None
+    ]
+    if shares:
+        text += "; " + ", ".join(f"{label} {_percent(value)}" for label, value in shares)
+    return text
+
+
+def _percent(share: float) -> str:
+    """A share as a percentage with 3 significant digits: 0.3%, 2.13%, 92.4%, 100%."""
+    return f"{share * 100:.3g}%"
 
 
 # --------------------------------------------------------------------------- legend
@@ -398,8 +419,8 @@ def _panel(
         out.append(_line(x, y - 4, x + 22, y - 4, colour).replace("/>", " stroke-width='3'/>"))
         head = roof.description or roof.name
         out.append(
-            f"<text x='{x + 30}' y='{y}' font-size='12' font-weight='bold' fill='{colour}'>"
-            f"{escape(head)}</text>"
+            f"<text x='{x + 30}' y='{y}' font-size='{_fitting_size(head, WIDTH - 8 - (x + 30))}' "
+            f"font-weight='bold' fill='{colour}'>{escape(head)}</text>"
         )
         y += 15
         out.append(
@@ -433,6 +454,17 @@ def _panel(
         out.append(f"<text x='{x}' y='{y}' font-size='12' fill='#777'>no points measured</text>")
     out.append("</g>")
     return out
+
+
+#: Average advance of a bold sans-serif character, in ems (DejaVu Sans Bold is about 0.62).
+_BOLD_EM = 0.62
+
+
+def _fitting_size(text: str, room_px: float, size: float = 12.0, smallest: float = 8.0) -> str:
+    """The font size (at most ``size``, at least ``smallest``) at which a bold ``text`` fits
+    in ``room_px``: a long device description shrinks instead of running off the picture."""
+    fit = room_px / (_BOLD_EM * max(len(text), 1))
+    return f"{max(smallest, min(size, fit)):.3g}"
 
 
 def _description(roofs: Sequence[Roof], points: Sequence[Point]) -> str:

@@ -81,7 +81,9 @@ def test_replace_validates() -> None:
             float("inf"),
             r"AsicConfig.dram_bw_bytes_per_s must be a positive finite number, got inf",
         ),
-        ("dataflow", "rs", r"AsicConfig.dataflow must be one of ws, os; got 'rs'"),
+        ("dataflow", "rs", r"AsicConfig.dataflow must be one of ws, os, is; got 'rs'"),
+        ("weight_buffers", 3, r"AsicConfig.weight_buffers must be 1 \(single-buffered\) or 2"),
+        ("weight_buffers", True, r"AsicConfig.weight_buffers must be 1"),
         ("acc_overflow", "clip", r"AsicConfig.acc_overflow must be one of wrap, saturate; got"),
         (
             "requant_rounding",
@@ -169,3 +171,14 @@ def test_from_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         ValueError, match=r"^\$ASIC_BACKEND_CONFIG: ASIC config 'tpu-v1' is neither"
     ):
         AsicConfig.from_env()
+
+
+def test_toml_sets_the_dataflow_and_weight_buffers(tmp_path: Path) -> None:
+    cfg = AsicConfig.from_toml(write(tmp_path, 'name = "lab"\nweight_buffers = 2\n'))
+    assert (cfg.dataflow, cfg.weight_buffers) == ("ws", 2)
+    assert AsicConfig.from_toml(write(tmp_path, 'dataflow = "is"\n')).dataflow == "is"
+    bad = write(tmp_path, 'dataflow = "is"\nweight_buffers = 2\n', "bad.toml")
+    with pytest.raises(
+        ValueError, match=r"^ASIC config file .*bad\.toml'?: AsicConfig\.weight_buf"
+    ):
+        AsicConfig.from_toml(bad)

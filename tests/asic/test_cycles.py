@@ -105,7 +105,7 @@ def test_peak_and_ridge() -> None:
     n=st.integers(1, 5000),
     rows=st.integers(1, 300),
     cols=st.integers(1, 300),
-    dataflow=st.sampled_from(["ws", "os"]),
+    dataflow=st.sampled_from(["ws", "os", "is"]),
 )
 def test_utilization_never_exceeds_one(
     m: int, k: int, n: int, rows: int, cols: int, dataflow: str

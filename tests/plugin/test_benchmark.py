@@ -110,6 +110,8 @@ def test_disabled_runs_the_target_once_and_records_one_call(bench: pytest.Pytest
         "asic_bound": gemm.bound,
         "asic_roofline_time_s": gemm.roofline_time_s,
         "asic_attained_ops_per_s": gemm.attained_ops_per_s,
+        "asic_mapping_efficiency": gemm.mapping_efficiency,
+        "asic_compute_utilization": gemm.compute_utilization,
     }
     # The test is watched (asic_benchmark is a watch fixture): its report has the DUT's counters.
     entry = json.loads((bench.path / "r.json").read_text())["tests"]["test_bench.py::test_linear"]
@@ -283,7 +285,15 @@ def test_roofline_has_the_roofs_and_one_point_per_layer(
         ("gemmini", "test_two_layers 2×64×16"),
     ]
     square = next(p for p in points if p.get("data-device") == "default")
-    assert square.get("data-bound") == cost("default", 8, 32, 32).bound
+    gemm = cost("default", 8, 32, 32)
+    assert square.get("data-bound") == gemm.bound
+    # The tooltip gives the utilization next to SCALE-Sim's two figures, as percentages.
+    title = "".join(square.itertext())
+    assert title.endswith(
+        f"; utilization {gemm.utilization * 100:.3g}%, mapping efficiency "
+        f"{gemm.mapping_efficiency * 100:.3g}%, compute utilization "
+        f"{gemm.compute_utilization * 100:.3g}%"
+    ), title
 
 
 def test_roofline_from_the_ini_file_under_xdist(pytester: pytest.Pytester) -> None:

@@ -137,3 +137,31 @@ def test_bad_input_is_a_clear_error() -> None:
 )
 def test_si_prefixes(value: float, unit: str, text: str) -> None:
     assert roofline._si(value, unit) == text
+
+
+def test_tooltip_gives_the_utilization_figures_it_has() -> None:
+    full = Point("fast", "qkv", 2.0, 0.2e12, "memory", 0.003, 1.0, 0.0012345)
+    bare = Point("fast", "qkv", 2.0, 0.2e12, "memory")
+    tip = roofline._point_tooltip(full)
+    assert tip.endswith("; utilization 0.3%, mapping efficiency 100%, compute utilization 0.123%")
+    assert "utilization" not in roofline._point_tooltip(bare)
+
+
+def test_a_long_device_description_shrinks_to_fit() -> None:
+    long = Roof("tpu", 92e12, 34e9, description="tpu_v1 (256x256 ws, 2 weight buffers @ 0.7 GHz)")
+    root = parse(render_svg([FAST, long], []))
+    heads = {
+        "".join(t.itertext()): float(t.get("font-size", 0))
+        for t in root.iter(f"{SVG}text")
+        if t.get("font-weight") == "bold" and t.get("fill") not in (None, "#444")
+    }
+    assert heads["fast (128x128)"] == 12
+    size = heads[long.description]
+    assert 8 <= size < 12
+    # At that size the text ends inside the picture (an average bold glyph is ~0.62 em).
+    x = float(
+        next(t for t in root.iter(f"{SVG}text") if "".join(t.itertext()) == long.description).get(
+            "x", 0
+        )
+    )
+    assert x + 0.62 * size * len(long.description) <= roofline.WIDTH

@@ -1,0 +1,217 @@
+"""The three dataflows, double-buffered weights and SCALE-Sim's utilization figures: by hand,
+against SCALE-Sim 3.0.0's own reports, and against a transcription of its per-fold loops."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from asic_backend.config import PRESETS, AsicConfig
+from asic_backend.cycles import (
+    compute_utilization,
+    fold_count,
+    fold_grid,
+    gemm_cost,
+    mapping_efficiency,
+    systolic_cycles,
+)
+
+SMALL = AsicConfig(rows=4, cols=2)
+
+# SCALE-Sim 3.0.0 (pip install scalesim==3.0.0, numpy<2), GEMM topology rows "M, N, K", SRAMs
+# and bandwidth large enough for zero stall cycles: (dataflow, R, C, M, K, N) -> Total Cycles,
+# Mapping Efficiency %, Compute Utilization %, as its COMPUTE_REPORT.csv gives them. A sample
+# of the 72 runs of the cross-check (all 72 agreed).
+SCALESIM = [
+    ("ws", 8, 8, 1, 64, 32, 735, 100.0, 3.3333333333333335),
+    ("ws", 8, 8, 8, 64, 32, 959, 100.0, 21.621621621621607),
+]
+
+
+def _scalesim_rows() -> list[tuple[str, int, int, int, int, int, int, float, float]]:
+    return SCALESIM + SCALESIM_MORE
+
+
+# More of the same runs: every dataflow and array on four shapes.
+SCALESIM_MORE: list[tuple[str, int, int, int, int, int, int, float, float]] = [
+    ("ws", 8, 8, 5, 20, 7, 80, 72.91666666666666, 10.723039215686274),
+    ("ws", 8, 8, 33, 17, 9, 329, 39.84375, 21.20715725806451),
+    ("ws", 8, 8, 40, 8, 70, 557, 97.22222222222221, 56.36070853462159),
+    ("ws", 16, 16, 1, 64, 32, 375, 100.0, 1.6129032258064515),
+    ("ws", 16, 16, 5, 20, 7, 101, 27.34375, 2.071496212121212),
+    ("ws", 16, 16, 33, 17, 9, 157, 29.8828125, 10.49077460106383),
+    ("ws", 16, 16, 40, 8, 70, 429, 43.75, 17.326732673267326),
+    ("ws", 32, 16, 1, 64, 32, 315, 100.0, 1.0638297872340425),
+    ("ws", 32, 16, 5, 20, 7, 82, 27.34375, 1.3950892857142858),
+    ("ws", 32, 16, 33, 17, 9, 110, 29.8828125, 7.826450892857142),
+    ("ws", 32, 16, 40, 8, 70, 589, 21.875, 6.578947368421052),
+    ("os", 8, 8, 1, 64, 32, 311, 12.5, 10.256410256410255),
+    ("os", 8, 8, 5, 20, 7, 33, 54.6875, 32.169117647058826),
+    ("os", 8, 8, 33, 17, 9, 309, 46.40625, 25.44858870967741),
+    ("os", 8, 8, 40, 8, 70, 989, 97.22222222222221, 35.35353535353534),
+    ("os", 16, 16, 1, 64, 32, 187, 6.25, 4.25531914893617),
+    ("os", 16, 16, 5, 20, 7, 49, 13.671875, 5.46875),
+    ("os", 16, 16, 33, 17, 9, 140, 38.671875, 13.987699468085104),
+    ("os", 16, 16, 40, 8, 70, 569, 72.91666666666666, 15.350877192982454),
+    ("os", 32, 16, 1, 64, 32, 219, 3.125, 1.8181818181818181),
+    ("os", 32, 16, 5, 20, 7, 65, 6.8359375, 2.071496212121212),
+    ("os", 32, 16, 33, 17, 9, 125, 29.00390625, 7.826450892857142),
+    ("os", 32, 16, 40, 8, 70, 539, 54.6875, 8.101851851851851),
+    ("is", 8, 8, 1, 64, 32, 431, 12.5, 6.557377049180328),
+    ("is", 8, 8, 5, 20, 7, 86, 52.083333333333336, 10.127314814814813),
+    ("is", 8, 8, 33, 17, 9, 464, 58.4375, 13.84046052631579),
+    ("is", 8, 8, 40, 8, 70, 459, 100.0, 70.70707070707071),
+    ("is", 16, 16, 1, 64, 32, 311, 6.25, 2.1505376344086025),
+    ("is", 16, 16, 5, 20, 7, 105, 19.53125, 2.010569852941176),
+    ("is", 16, 16, 33, 17, 9, 329, 36.5234375, 4.695870535714284),
+    ("is", 16, 16, 40, 8, 70, 347, 41.66666666666667, 22.264631043256998),
+    ("is", 32, 16, 1, 64, 32, 219, 6.25, 1.6),
+    ("is", 32, 16, 5, 20, 7, 84, 19.53125, 1.3671875),
+    ("is", 32, 16, 33, 17, 9, 260, 36.5234375, 3.22265625),
+    ("is", 32, 16, 40, 8, 70, 443, 20.833333333333336, 8.946830265848671),
+]
+
+
+@pytest.mark.parametrize(
+    ("dataflow", "r", "c", "m", "k", "n", "total", "mapping_pct", "compute_pct"), _scalesim_rows()
+)
+def test_scalesim_reports(
+    dataflow: str,
+    r: int,
+    c: int,
+    m: int,
+    k: int,
+    n: int,
+    total: int,
+    mapping_pct: float,
+    compute_pct: float,
+) -> None:
+    cfg = AsicConfig(rows=r, cols=c, dataflow=dataflow)  # type: ignore[arg-type]
+    # SCALE-Sim counts from cycle 0: its Total Cycles is ours minus one.
+    assert systolic_cycles(cfg, m, k, n) == total + 1
+    assert mapping_efficiency(cfg, m, k, n) * 100 == pytest.approx(mapping_pct, rel=1e-12)
+    assert compute_utilization(cfg, m, k, n) * 100 == pytest.approx(compute_pct, rel=1e-12)
+
+
+def test_input_stationary_by_hand() -> None:
+    # IS keeps the inputs: K over the rows, M over the columns, the N filters stream through.
+    cfg = SMALL.replace(dataflow="is")
+    assert fold_grid(cfg, 3, 5, 7) == (5, 3, 7)
+    # ceil(5/4)·ceil(3/2) = 4 folds of 2·4 + 2 + 7 − 2 = 15 cycles.
+    assert systolic_cycles(cfg, 3, 5, 7) == 4 * 15
+    # The same GEMM weight-stationary: ceil(5/4)·ceil(7/2) = 8 folds of 2·4 + 2 + 3 − 2 = 11.
+    assert systolic_cycles(SMALL, 3, 5, 7) == 8 * 11
+
+
+def test_double_buffered_weights_by_hand() -> None:
+    cfg = SMALL.replace(weight_buffers=2)
+    # 4 folds (ceil(5/4)·ceil(3/2)). M = 3 < R = 4: loading is the bottleneck, each fold after
+    # the first waits R = 4 cycles for its weights: 11 + 3·4, against 4·11 single-buffered.
+    assert systolic_cycles(cfg, 3, 5, 3) == 11 + 3 * 4
+    assert systolic_cycles(SMALL, 3, 5, 3) == 4 * 11
+    # M = 6 > R: each further fold streams its 6 rows behind the previous one: 14 + 3·6.
+    assert systolic_cycles(cfg, 6, 5, 3) == 14 + 3 * 6
+    # One fold has nothing to overlap: the same as single-buffered.
+    assert systolic_cycles(cfg, 6, 4, 2) == systolic_cycles(SMALL, 6, 4, 2) == 14
+
+
+def test_mapping_and_compute_utilization_by_hand() -> None:
+    # WS, K = 5 over 4 rows (4 + 1 used), N = 3 over 2 columns (2 + 1): folds map 8, 4, 2 and 1
+    # of the 8 PEs, a mean of 15/32; each fold's 2R + 2C + T − 3 = 12 cycles stream T = M = 3.
+    assert mapping_efficiency(SMALL, 3, 5, 3) == 15 / 32
+    assert compute_utilization(SMALL, 3, 5, 3) == pytest.approx(15 / 32 * 3 / 12)
+    # OS maps M x N (3 of 4 rows, 2 + 1 of 2 columns) and its folds take R + C + K − 2 = 9.
+    os_ = SMALL.replace(dataflow="os")
+    assert mapping_efficiency(os_, 3, 5, 3) == (3 * 3) / (4 * 4)
+    assert compute_utilization(os_, 3, 5, 3) == pytest.approx(9 / 16 * 5 / 9)
+    assert fold_count(SMALL, 3, 5, 3) == 4
+    assert fold_count(os_, 3, 5, 3) == 2
+
+
+def _scalesim_loops(cfg: AsicConfig, m: int, k: int, n: int) -> tuple[float, float]:
+    """SCALE-Sim's per-fold accounting, transcribed from scalesim/compute/systolic_compute_*.py
+    (create_*_demand_mat): the mean mapping efficiency and compute utilization of the folds."""
+    r, c = cfg.rows, cfg.cols
+    sr, sc, t = fold_grid(cfg, m, k, n)
+    mapping, compute = [], []
+    for fc in range(-(-sc // c)):
+        for fr in range(-(-sr // r)):
+            row_used = min(r, sr - fr * r)
+            col_used = min(c, sc - fc * c)
+            # os: a prefix of T − 1, then the R (padded) output rows; ws and is: the R rows of
+            # the stationary tile, then a suffix of R + C + T − 2.
+            demand_rows = t - 1 + r if cfg.dataflow == "os" else r + (r + c + t - 2)
+            cycles_this_fold = demand_rows + c - 1
+            mapping.append(row_used * col_used / (r * c))
+            compute.append(row_used * col_used * t / (r * c * cycles_this_fold))
+    return sum(mapping) / len(mapping), sum(compute) / len(compute)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    m=st.integers(1, 700),
+    k=st.integers(1, 700),
+    n=st.integers(1, 700),
+    rows=st.integers(1, 64),
+    cols=st.integers(1, 64),
+    dataflow=st.sampled_from(["ws", "os", "is"]),
+)
+def test_closed_forms_equal_scalesims_fold_loops(
+    m: int, k: int, n: int, rows: int, cols: int, dataflow: str
+) -> None:
+    cfg = AsicConfig(rows=rows, cols=cols, dataflow=dataflow)  # type: ignore[arg-type]
+    mapping, compute = _scalesim_loops(cfg, m, k, n)
+    # SCALE-Sim sums up to ~10^5 per-fold floats, so its mean carries their rounding.
+    assert mapping_efficiency(cfg, m, k, n) == pytest.approx(mapping, rel=1e-9)
+    assert compute_utilization(cfg, m, k, n) == pytest.approx(compute, rel=1e-9)
+    assert 0 < compute_utilization(cfg, m, k, n) <= mapping_efficiency(cfg, m, k, n) <= 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    m=st.integers(1, 5000),
+    k=st.integers(1, 5000),
+    n=st.integers(1, 5000),
+    rows=st.integers(1, 300),
+    cols=st.integers(1, 300),
+)
+def test_double_buffering_hides_loads_but_not_work(
+    m: int, k: int, n: int, rows: int, cols: int
+) -> None:
+    single = AsicConfig(rows=rows, cols=cols)
+    double = single.replace(weight_buffers=2)
+    folds = fold_count(single, m, k, n)
+    cycles = systolic_cycles(double, m, k, n)
+    assert cycles <= systolic_cycles(single, m, k, n)
+    # Every fold still streams its M rows and shifts in its R weight rows.
+    assert cycles >= folds * max(m, rows)
+    cost = gemm_cost(double, m, k, n, out_bytes=1)
+    assert 0 < cost.utilization <= 1
+    # SCALE-Sim's per-fold figures do not model the overlap: unchanged.
+    assert cost.mapping_efficiency == mapping_efficiency(single, m, k, n)
+    assert cost.compute_utilization == compute_utilization(single, m, k, n)
+
+
+def test_tpu_v1_double_buffers_its_weights() -> None:
+    tpu = PRESETS["tpu_v1"]
+    assert tpu.weight_buffers == 2
+    assert tpu.describe() == "tpu_v1 (256x256 ws, 2 weight buffers @ 0.7 GHz)"
+    # A decode GEMV, 1x2048x2048: 64 folds. Single-buffered each takes 2·256 + 256 + 1 − 2;
+    # double-buffered each after the first waits 256 cycles for its weights.
+    assert systolic_cycles(tpu.replace(weight_buffers=1), 1, 2048, 2048) == 64 * 767
+    assert systolic_cycles(tpu, 1, 2048, 2048) == 767 + 63 * 256
+
+
+def test_weight_buffers_need_a_weight_stationary_array() -> None:
+    for dataflow in ("os", "is"):
+        with pytest.raises(ValueError, match=f"the '{dataflow}' dataflow holds no weight tile"):
+            AsicConfig(dataflow=dataflow, weight_buffers=2)  # type: ignore[arg-type]
+
+
+def test_keys_made_before_weight_buffers_are_unchanged() -> None:
+    # The device keys of configs derived from default and gemmini, as they were before the
+    # field existed (baselines and reports name devices by key).
+    assert AsicConfig().replace(rows=64, dataflow="os").key == "default-528b7ac927"
+    assert PRESETS["gemmini"].replace(rows=64, dataflow="os").key == "gemmini-d1270df2db"
+    assert AsicConfig().replace(weight_buffers=2).key != "default"
