@@ -108,6 +108,16 @@ class BreakEvent:
     chain: tuple[ChainLink, ...] = ()
     call_sites: tuple[CallSite, ...] = ()
     library: str | None = None
+    #: The change that removes this break (:func:`pytest_nobreak.fixes.fix_for`): a rewrite of
+    #: the user's line, or the fix's template; None when the table has none. Made from the
+    #: event when not given, so it survives the trip through JSON (which drops the source).
+    fix: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.fix is None:
+            from pytest_nobreak.fixes import fix_for
+
+            object.__setattr__(self, "fix", fix_for(self.gb_id, self.source, self.reason))
 
     @property
     def ids(self) -> str:
@@ -146,7 +156,8 @@ class BreakEvent:
 
         A host fallback adds ``calls`` and ``macs`` (host MACs), summed over all its sites. A
         chained break adds ``chain`` (its ids, root first), a break reached through the user's
-        calls ``call_sites`` (innermost first), and one inside a library ``library``.
+        calls ``call_sites`` (innermost first), one inside a library ``library``, and one the
+        fixes table knows ``fix`` (:mod:`pytest_nobreak.fixes`).
         """
         out: dict[str, Any] = {
             "kind": self.kind,
@@ -165,6 +176,8 @@ class BreakEvent:
             out["call_sites"] = [{"file": s.file, "line": s.line} for s in self.call_sites]
         if self.library:
             out["library"] = self.library
+        if self.fix:
+            out["fix"] = self.fix
         return out
 
 

@@ -326,6 +326,7 @@ def _event_from_json(data: Any, where: str) -> BreakEvent:
         chain=tuple(ChainLink.from_label(str(x)) for x in data.get("chain") or ()),
         call_sites=tuple(_call_site(d, where) for d in data.get("call_sites") or ()),
         library=_optional(data, "library", str, where),
+        fix=_optional(data, "fix", str, where),
     )
 
 

@@ -126,7 +126,7 @@ def render_event(
     same_hints_as: int | None = None,
 ) -> list[str]:
     """The lines of one break: what, where (with the source line and the calls that led
-    there), why, what it caused, hints, docs.
+    there), why, what it caused, the fix (:mod:`pytest_nobreak.fixes`), hints, docs.
 
     A host fallback reads: the op with its calls and host MACs (a share of ``run_macs``, the
     test's MACs, when given), where, the shapes of its first call, why, and its other sites.
@@ -165,6 +165,8 @@ def render_event(
         lines.append(f"{pad}raised: {event.detail}")
     if event.also_at:
         lines.append(f"{pad}also at {_also_at(event.also_at)}")
+    if event.fix:
+        lines.append(f"{pad}fix: {event.fix}")
     if same_hints_as is not None:
         lines.append(f"{pad}hints and docs: as for {same_hints_as}.")
         return lines

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_nobreak.config import OPTIONS, NobreakConfig
+from pytest_nobreak.fixes import fix_for
 from tests.plugin.conftest import Models
 
 QUIET = ("-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning")
@@ -482,6 +483,9 @@ def test_a_wrong_ini_key_of_ours_is_a_usage_error(
 # ----------------------------------------------------------------------------- JSON report
 
 
+BRANCH_FIX = fix_for("GB0170", "if x.sum() > 0:")
+
+
 def test_json_report_has_every_watched_test(models: Models) -> None:
     result = run(
         models,
@@ -522,6 +526,8 @@ def test_json_report_has_every_watched_test(models: Models) -> None:
                 "line": models.line("branch"),
                 "reason": marked["breaks"][0]["reason"],
                 "call_sites": [{"file": "test_json.py", "line": 6}],  # the test's own line
+                # The fix rewrites the user's line (pytest_nobreak.fixes).
+                "fix": BRANCH_FIX,
             }
         ],
     }

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_nobreak.fixes import fix_for
 from tests.plugin.conftest import Models
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -92,6 +93,7 @@ def branch_event(models: Models, called_from: tuple[str, int] | None = None) -> 
     }
     if called_from is not None:
         event["call_sites"] = [{"file": called_from[0], "line": called_from[1]}]
+    event["fix"] = fix_for("GB0170", "if x.sum() > 0:")  # the user's line, rewritten
     return event
 
 

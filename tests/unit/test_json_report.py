@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from pytest_nobreak.events import BreakEvent, CallSite, ChainLink, Figures, OtherSite
+from pytest_nobreak.fixes import fix_for
 from pytest_nobreak.json_report import (
     ReportError,
     TestRecord,
@@ -72,6 +73,8 @@ def test_a_record_renders_as_the_documented_schema() -> None:
                 "file": "/repo/models.py",
                 "line": 12,
                 "reason": "aten._local_scalar_dense: data-dependent",
+                # The fixes table's, for this id and reason (pytest_nobreak.fixes).
+                "fix": fix_for("GB0219", None, "aten._local_scalar_dense: data-dependent"),
             },
             {
                 "kind": "host_fallback",
