@@ -131,16 +131,37 @@ class TestRecord:
 
 
 def build_report(
-    torch_version: str, backend: str, device: str, records: Iterable[TestRecord]
+    torch_version: str,
+    backend: str,
+    device: str,
+    records: Iterable[TestRecord],
+    *,
+    asic_sim: str | None = None,
+    complete: Iterable[str] | None = None,
 ) -> dict[str, Any]:
-    """The report document for the tests of this run."""
-    return {
+    """The report document for the tests of this run.
+
+    ``asic_sim`` (the simulator's model version) goes in the header when known; a test not in
+    ``complete`` (it broke off half-way, so its figures are partial) gets ``"complete": false``,
+    which keeps it out of a baseline made from the report (``python -m pytest_nobreak merge``).
+    """
+    finished = None if complete is None else set(complete)
+    tests = {}
+    for record in records:
+        entry = record.to_json()
+        if finished is not None and record.nodeid not in finished:
+            entry["complete"] = False
+        tests[record.nodeid] = entry
+    report: dict[str, Any] = {
         "version": VERSION,
         "torch": torch_version,
         "backend": backend,
         "device": device,
-        "tests": {record.nodeid: record.to_json() for record in records},
     }
+    if asic_sim is not None:
+        report["asic_sim"] = asic_sim
+    report["tests"] = tests
+    return report
 
 
 def merge_report(existing: Mapping[str, Any] | None, report: Mapping[str, Any]) -> dict[str, Any]:
@@ -216,16 +237,21 @@ def write_report(
     backend: str,
     device: str,
     records: Iterable[TestRecord],
+    *,
+    asic_sim: str | None = None,
+    complete: Iterable[str] | None = None,
 ) -> dict[str, Any]:
     """Write this run's report to ``path`` atomically, replacing the file; return what was
     written. The entries of an earlier report are not kept (see the module docstring)."""
-    report = build_report(torch_version, backend, device, records)
+    report = build_report(
+        torch_version, backend, device, records, asic_sim=asic_sim, complete=complete
+    )
     write_atomic(path, dump_report(report))
     return report
 
 
 #: The header fields that must agree for reports to be merged.
-_CONFIGURATION = ("version", "torch", "backend", "device")
+CONFIGURATION = ("version", "torch", "asic_sim", "backend", "device")
 
 
 def merge_files(output: str | os.PathLike[str], inputs: list[str | os.PathLike[str]]) -> int:
@@ -247,7 +273,7 @@ def merge_files(output: str | os.PathLike[str], inputs: list[str | os.PathLike[s
     first_path, first = documents[0]
     merged: dict[str, Any] = first
     for path, document in documents[1:]:
-        differ = [key for key in _CONFIGURATION if document.get(key) != first.get(key)]
+        differ = [key for key in CONFIGURATION if document.get(key) != first.get(key)]
         if differ:
             raise ReportError(
                 path,

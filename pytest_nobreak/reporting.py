@@ -250,6 +250,8 @@ class SessionReporter:
                 self.settings.fixture_backend,
                 self._device(),
                 self.records.values(),
+                asic_sim=sim_version(),
+                complete=self.complete,
             )
         except (OSError, UnicodeError) as exc:
             self.errors.append(f"nobreak: cannot write JSON report {shown}: {_reason(exc)}")

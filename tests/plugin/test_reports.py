@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from pytest_nobreak.fixes import fix_for
+from pytest_nobreak.reporting import sim_version
 from tests.plugin.conftest import Models
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -226,8 +227,9 @@ def test_json_report_and_junit_properties(models: Models) -> None:
     text = report.read_text()
     document = json.loads(text)
     assert text == json.dumps(document, sort_keys=True, indent=2) + "\n"
-    assert set(document) == {"version", "torch", "backend", "device", "tests"}
+    assert set(document) == {"version", "torch", "asic_sim", "backend", "device", "tests"}
     assert document["version"] == 1
+    assert document["asic_sim"] == sim_version()  # the installed simulator's, used or not
     assert document["backend"] == "inductor"
     assert document["device"] == ""
     import torch
@@ -595,7 +597,7 @@ def test_the_ci_guide_workflow_and_options_are_real() -> None:
     from pytest_nobreak.config import OPTIONS
 
     text = DOCS.read_text()
-    [block] = re.findall(r"```yaml\n(.*?)```", text, flags=re.DOTALL)
+    block, sharded = re.findall(r"```yaml\n(.*?)```", text, flags=re.DOTALL)
     workflow = yaml.safe_load(block)
     steps = workflow["jobs"]["nobreak"]["steps"]
     assert all("uses" in step or "run" in step for step in steps)
@@ -603,6 +605,15 @@ def test_the_ci_guide_workflow_and_options_are_real() -> None:
     assert "pytest -n 2 --nobreak-baseline tests/nobreak-baseline.json" in " ".join(
         commands.split()
     )
+    # The sharded workflow: a matrix of pytest-split groups, then a job merging their reports.
+    jobs = yaml.safe_load(sharded)["jobs"]
+    assert jobs["shard"]["strategy"]["matrix"]["group"] == [1, 2, 3, 4]
+    shard_runs = " ".join(" ".join(step.get("run", "").split()) for step in jobs["shard"]["steps"])
+    assert "pytest --splits 4 --group ${{ matrix.group }}" in shard_runs
+    assert "--nobreak-json shard-${{ matrix.group }}.json" in shard_runs
+    assert jobs["merge"]["needs"] == "shard"
+    merge_runs = " ".join(step.get("run", "") for step in jobs["merge"]["steps"])
+    assert "python -m pytest_nobreak merge nobreak.json shard-*.json $update" in merge_runs
 
     flags = {option.flag for option in OPTIONS} | {"--no-nobreak-strict"}
     inis = {option.ini for option in OPTIONS if option.ini}

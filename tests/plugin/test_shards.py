@@ -1,0 +1,172 @@
+"""``python -m pytest_nobreak merge``: a run split with pytest-split, merged, gives the report and
+the baseline bytes of the same run unsharded; conflicting shards are refused."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pytest_split")
+
+SUITE = """
+import pytest
+import torch
+
+
+def branchy(x):
+    if x.sum() > 0:
+        return x + 1
+    return x - 1
+
+
+@pytest.mark.no_graph_break
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_clean(n):
+    torch.compile(lambda x: x * n, backend="eager")(torch.ones(2))
+
+
+@pytest.mark.no_graph_break
+def test_breaks():
+    torch.compile(branchy, backend="eager")(torch.ones(2))
+
+
+@pytest.mark.no_graph_break
+def test_stops_half_way():
+    torch.compile(lambda x: x + 1, backend="eager")(torch.ones(2))
+    raise RuntimeError("stopped before the end")
+"""
+#: A baseline entry of a test this suite does not have: every update must keep it.
+ELSEWHERE = {
+    "other.py::test_kept": {"graphs": 1, "graph_breaks": 0, "eager_frames": 0, "recompiles": 0}
+}
+
+
+def pytest_run(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
+         "-p", "no:xdist", "-q", *args],
+        cwd=path, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+
+
+def merge(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_nobreak", "merge", *args],
+        cwd=path, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The suite run whole (updating one copy of a baseline) and in two shards."""
+    path = tmp_path_factory.mktemp("shards")
+    (path / "test_suite.py").write_text(SUITE)
+    start = json.loads(first_baseline(path))
+    start["tests"].update(ELSEWHERE)
+    for name in ("whole.json", "sharded.json"):
+        (path / name).write_text(json.dumps(start, indent=2, sort_keys=True) + "\n")
+    whole = pytest_run(
+        path, "--nobreak-json", "full.json",
+        "--nobreak-baseline", "whole.json", "--nobreak-update-baseline",
+    )  # fmt: skip
+    assert whole.returncode == 1, whole.stdout[-2000:]  # two tests fail; the update is written
+    for group in ("1", "2"):
+        shard = pytest_run(
+            path, "--splits", "2", "--group", group, "--nobreak-json", f"s{group}.json"
+        )
+        assert shard.returncode in (0, 1), shard.stdout[-2000:]
+    return path
+
+
+def first_baseline(path: Path) -> str:
+    """A baseline recorded by this suite's own first run (so it has the real headers)."""
+    run = pytest_run(path, "--nobreak-baseline", "b0.json", "--nobreak-update-baseline")
+    assert (path / "b0.json").exists(), run.stdout[-2000:]
+    return (path / "b0.json").read_text()
+
+
+def test_the_shards_hold_the_suite_between_them(runs: Path) -> None:
+    shards = [json.loads((runs / f"s{g}.json").read_text())["tests"] for g in ("1", "2")]
+    assert all(shards)
+    assert not set(shards[0]) & set(shards[1])
+    whole = json.loads((runs / "full.json").read_text())["tests"]
+    assert set(shards[0]) | set(shards[1]) == set(whole)
+
+
+def test_merge_gives_the_unsharded_report_and_baseline_bytes(runs: Path) -> None:
+    done = merge(runs, "all.json", "s1.json", "s2.json", "--update-baseline", "sharded.json")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "merged 2 shard reports (5 tests) into all.json",
+        "baseline sharded.json updated with 4 tests",
+    ]
+    merged, whole = (json.loads((runs / n).read_text()) for n in ("all.json", "full.json"))
+    assert merged == whole
+    # The test that raised half-way is in the report, marked incomplete, and not in a baseline.
+    stopped = "test_suite.py::test_stops_half_way"
+    assert whole["tests"][stopped]["complete"] is False
+    assert (runs / "sharded.json").read_bytes() == (runs / "whole.json").read_bytes()
+    baseline = json.loads((runs / "sharded.json").read_text())["tests"]
+    assert stopped not in baseline
+    assert baseline["other.py::test_kept"] == ELSEWHERE["other.py::test_kept"]
+    assert baseline["test_suite.py::test_breaks"]["graph_breaks"] == 1
+
+
+def test_a_shard_uploaded_twice_is_no_conflict(runs: Path) -> None:
+    done = merge(runs, "twice.json", "s1.json", "s2.json", "s1.json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((runs / "twice.json").read_text()) == json.loads(
+        (runs / "full.json").read_text()
+    )
+
+
+def test_conflicting_shards_are_refused_and_nothing_is_written(runs: Path) -> None:
+    shard = json.loads((runs / "s1.json").read_text())
+    nodeid = next(iter(shard["tests"]))
+    shard["tests"][nodeid]["graphs"] += 1
+    (runs / "other_run.json").write_text(json.dumps(shard))
+    done = merge(runs, "bad.json", "s1.json", "other_run.json", "--update-baseline", "b.json")
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        f"error: {nodeid} is in s1.json and in other_run.json with different figures: shards of "
+        "one run hold disjoint tests (were two runs mixed?)"
+    ]
+    assert not (runs / "bad.json").exists()
+    assert not (runs / "b.json").exists()
+
+
+def test_shards_of_another_torch_are_refused(runs: Path) -> None:
+    shard = json.loads((runs / "s2.json").read_text())
+    torch = shard["torch"]
+    shard["torch"] = "2.99.0"
+    (runs / "newer.json").write_text(json.dumps(shard))
+    done = merge(runs, "bad.json", "s1.json", "newer.json")
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"error: newer.json is from torch '2.99.0' but s1.json from torch {torch!r}: merge the "
+        "shards of one run only"
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "error: missing.json does not exist"),
+        ("{", "error: missing.json is not valid JSON: Expecting property name enclosed in double"),
+        ('{"version": 7}', "error: missing.json is not a version 1 pytest-nobreak report"),
+    ],
+)
+def test_a_bad_shard_is_named(runs: Path, content: str | None, message: str) -> None:
+    target = runs / "missing.json"
+    if content is None:
+        target.unlink(missing_ok=True)
+    else:
+        target.write_text(content)
+    done = merge(runs, "bad.json", "s1.json", "missing.json")
+    assert done.returncode == 1
+    assert done.stderr.startswith(message)
+    assert not (runs / "bad.json").exists()
