@@ -13,6 +13,7 @@ import pytest
 from pytest_nobreak.benchmark import BenchmarkPlugin, asic_benchmark
 from pytest_nobreak.config import ASIC_BACKEND, NobreakConfig, add_options, check_ini_keys
 from pytest_nobreak.fixtures import CONFIG_KEY, asic, nobreak_compile, nobreak_report
+from pytest_nobreak.html_columns import HtmlColumns
 from pytest_nobreak.markers import MARKER_DOC
 from pytest_nobreak.session import NobreakSession
 
@@ -20,6 +21,7 @@ __all__ = ["asic", "asic_benchmark", "nobreak_compile", "nobreak_report"]
 
 SESSION_PLUGIN_NAME = "nobreak-session"
 BENCHMARK_PLUGIN_NAME = "nobreak-benchmark"
+HTML_PLUGIN_NAME = "nobreak-pytest-html"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -37,6 +39,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[CONFIG_KEY] = settings
     config.pluginmanager.register(NobreakSession(config, settings), SESSION_PLUGIN_NAME)
     config.pluginmanager.register(BenchmarkPlugin(config, settings), BENCHMARK_PLUGIN_NAME)
+    if config.pluginmanager.hasplugin("html"):  # pytest-html: figures as columns, breaks as extras
+        config.pluginmanager.register(HtmlColumns(config), HTML_PLUGIN_NAME)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
