@@ -141,7 +141,8 @@ class AsicBackend:
             # Inductor decomposes small mm/addmm/bmm and every mv/dot into multiplies and sums
             # while AOTAutograd traces, before the accounting pass could see them: keep them.
             keep = {op: fn for op, fn in select_decomp_table().items() if mac_op(op) is None}
-            _fusable(gm)
+            if forward_reason is None:  # DUT ops only exist where autograd is not live
+                _fusable(gm)
             inner = _after(options, compile_fx_inner, forward_reason)
             # Inductor's caches key on the graph before the aten passes, which they would skip
             # on a hit (and serve whatever an older backend made of it): off, for this compile.
@@ -187,9 +188,10 @@ def _fusable(gm: fx.GraphModule) -> None:
     """Swap each DUT op that has a fusable form (:data:`asic_backend.quant_ops.FUSABLE`) for it,
     so Inductor fuses its host work (quantize, rescale) with the neighbouring ops.
 
-    Only on float32 activations: with bfloat16 or float16 ones, eager rounds the scale to that
-    dtype between steps, which Inductor's fused kernel would skip (one ulp of the scale is a
-    different int8 value), so those keep the op whole and bit-exact.
+    Only on float32 activations on the CPU: with bfloat16 or float16 ones, eager rounds the scale
+    to that dtype between steps, which Inductor's fused kernel would skip (one ulp of the scale
+    is a different int8 value), and Inductor's GPU kernels may turn a division by a constant
+    into a multiply; those keep the op whole and bit-exact.
     """
     for module in graph_modules(gm):
         swapped = False
@@ -197,7 +199,8 @@ def _fusable(gm: fx.GraphModule) -> None:
             if node.op != "call_function" or node.target not in FUSABLE:
                 continue
             x = example_value(node.args[0]) if isinstance(node.args[0], fx.Node) else None
-            if isinstance(x, torch.Tensor) and x.dtype == torch.float32:
+            # CPU only: Inductor's CPU kernels keep eager's divisions; its GPU ones may not.
+            if isinstance(x, torch.Tensor) and x.dtype == torch.float32 and x.device.type == "cpu":
                 node.target = FUSABLE[node.target]
                 swapped = True
         if swapped:

@@ -102,7 +102,7 @@ class AsicConfig:
         object.__setattr__(self, "clock_hz", float(self.clock_hz))
         object.__setattr__(self, "dram_bw_bytes_per_s", float(self.dram_bw_bytes_per_s))
         _check_choice("dataflow", self.dataflow, DATAFLOWS)
-        if isinstance(self.weight_buffers, bool) or self.weight_buffers not in WEIGHT_BUFFERS:
+        if type(self.weight_buffers) is not int or self.weight_buffers not in WEIGHT_BUFFERS:
             raise ValueError(
                 "AsicConfig.weight_buffers must be 1 (single-buffered) or 2 (double-buffered), "
                 f"got {self.weight_buffers!r}"

@@ -12,8 +12,10 @@ difference is a fifth of the GEMV itself, so the DUT ops are registered the dire
 * the fake kernel is :func:`torch.library.register_fake`'s, so Dynamo, AOTAutograd and Inductor
   trace through with fake or symbolic shapes.
 
-There is no autograd kernel: the DUT is inference-only and the lowering emits these ops only
-where autograd is not live (:mod:`asic_backend.backend`).
+The Autograd kernel refuses a call autograd would record (an input that requires grad, grad
+mode on): the DUT is inference-only, and the lowering emits these ops only where autograd is not
+live (:mod:`asic_backend.backend`); a direct call with such inputs must fail, not give gradients
+that are silently None.
 
 >>> @dut_op("asic::example_double")
 ... def example_double(x: torch.Tensor) -> torch.Tensor:
@@ -58,17 +60,41 @@ class DutOp(Generic[_P, _R]):
         # would be handed to Dynamo to trace: it is not, as custom_op's kernels are not.
         kernel_nd = _disable_dynamo(kernel, recursive=True)
         _LIB.impl(name, kernel_nd, "CompositeExplicitAutograd")  # type: ignore[no-untyped-call]
+        _LIB.impl(name, _inference_only(qualname), "Autograd")  # type: ignore[no-untyped-call]
         self.qualname = qualname
+        self._name = name
         self._kernel = kernel
         functools.update_wrapper(self, kernel)
 
     def __call__(self, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if torch.compiler.is_compiling():  # traced: the registered op, one node of the graph
+            op: Callable[..., _R] = getattr(torch.ops.asic, self._name)
+            return op(*args, **kwargs)
         return self._kernel(*args, **kwargs)
 
     def register_fake(self, fake: _F) -> _F:
         """Register ``fake`` as the op's fake kernel (shapes and dtypes only); a decorator."""
         torch.library.register_fake(self.qualname, fake, lib=_LIB)
         return fake
+
+
+def _inference_only(qualname: str) -> Callable[..., Any]:
+    """The op's Autograd kernel: the DUT has no backward, so a call that autograd would record
+    is an error now, not gradients that silently stay None at ``backward()``."""
+    name = qualname.partition("::")[2]
+
+    def autograd(*args: Any, **kwargs: Any) -> Any:
+        if torch.is_grad_enabled() and any(
+            isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *kwargs.values())
+        ):
+            raise RuntimeError(
+                f"{qualname} is inference-only (the DUT has no backward) and an input requires "
+                "grad: call it under torch.no_grad() or torch.inference_mode()"
+            )
+        with torch._C._AutoDispatchBelowAutograd():
+            return getattr(torch.ops.asic, name).default(*args, **kwargs)
+
+    return autograd
 
 
 def dut_op(qualname: str) -> Callable[[Callable[_P, _R]], DutOp[_P, _R]]:

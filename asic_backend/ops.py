@@ -1,4 +1,4 @@
-"""The DUT's low-level ops, ``torch.ops.asic.*``, as ``torch.library`` custom ops.
+"""The DUT's low-level ops, ``torch.ops.asic.*``, as ``torch.library`` ops (see ``oplib``).
 
 Each op runs the simulator (numerics + cycle count on the named device) in its real kernel; its
 fake kernel checks shapes and dtypes and allocates the output, never reading data, so Dynamo,

@@ -3,9 +3,10 @@
 Each op quantizes on the host exactly as the source of the graph would (TorchAO, PT2E, or the
 backend's own dynamic int8 for float models), runs the integer GEMM on the simulated device
 (:func:`asic_backend.device.run_mm_i32` / :func:`~asic_backend.device.run_linear_requant`, which
-also record its cost), and rescales on the host. They are ``torch.library.custom_op`` s with
-shape-only fakes, so tracing never reads data; run-time scales are tensors, so new values never
-recompile. The ``device`` argument is a device key (:func:`asic_backend.device.get_device`).
+also record its cost), and rescales on the host. They are ``torch.library`` ops
+(:mod:`asic_backend.oplib`) with shape-only fakes, so tracing never reads data; run-time scales
+are tensors, so new values never recompile. The ``device`` argument is a device key
+(:func:`asic_backend.device.get_device`).
 
 >>> import torch
 >>> import asic_backend.quant_ops

@@ -114,7 +114,8 @@ FIXES: tuple[Fix, ...] = (
         "torch.cond(cond, true_fn, false_fn, operands); never branch in Python on a tensor",
         _first(
             (
-                r"^if (?P<cond>.+?):\s*(?P<var>[\w.]+)\s*=\s*(?P<expr>.+)$",
+                # One plain assignment after the colon (no `;`, `==`, annotation or comment).
+                r"^if (?P<cond>[^;#]+?):\s*(?P<var>[A-Za-z_][\w.]*)\s*=(?!=)\s*(?P<expr>[^;#]+)$",
                 "{var} = torch.where({cond}, {expr}, {var})",
             ),
             (
@@ -141,7 +142,9 @@ FIXES: tuple[Fix, ...] = (
             ),
             (r"sum\((?P<t>[\w.]+)\.tolist\(\)\)", "{t}.sum() instead of sum({t}.tolist())"),
             (
-                r"(?P<expr>[\w.()]+)\.item\(\)",
+                # The tensor expression: a name, attributes and balanced calls (never starting
+                # inside the call that wraps it, as in int(t.item())).
+                r"(?<![\w.])(?P<expr>[A-Za-z_][\w.]*(?:\([^()]*\)[\w.]*)*)\.item\(\)",
                 "use {expr} itself (a tensor) where {expr}.item() is used",
             ),
         ),
@@ -180,7 +183,8 @@ FIXES: tuple[Fix, ...] = (
         "around the compiled call, not inside it)",
         _first(
             (
-                r"^(?P<var>\w+)\s*=\s*(?P<call>[\w.]+\(.*\))$",
+                # Only a line that is just the call: anything around it stays compiled.
+                r"^(?P<var>\w+)\s*=\s*(?P<call>[\w.]+\([^()]*\))$",
                 "compute {var} = {call} before the compiled call and pass {var} in as an argument",
             ),
         ),

@@ -126,12 +126,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         report = merge_shards(args.shards)
-        baseline = (
-            None if args.update_baseline is None else baseline_of(report, args.update_baseline)
-        )
-        write_atomic(args.output, dump_report(report))
+        baseline = None
+        # No test ran: an unsharded update writes nothing either (the header would change).
+        if args.update_baseline is not None and report["tests"]:
+            baseline = baseline_of(report, args.update_baseline)
+        # Both are made before either is written; the baseline first, so a failed write never
+        # leaves a new report beside an old baseline.
         if baseline is not None:
             write_atomic(args.update_baseline, baseline)
+        write_atomic(args.output, dump_report(report))
     except MergeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -143,7 +146,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     tests = len(report["tests"])
     print(f"merged {len(args.shards)} shard reports ({tests} tests) into {args.output}")
-    if args.update_baseline is not None:
+    if baseline is not None:
         kept = sum(1 for e in report["tests"].values() if e.get("complete", True))
         print(f"baseline {Path(args.update_baseline)} updated with {kept} tests")
+    elif args.update_baseline is not None:
+        print(f"no test in the shards; baseline {Path(args.update_baseline)} was not written")
     return 0

@@ -84,6 +84,7 @@ def test_replace_validates() -> None:
         ("dataflow", "rs", r"AsicConfig.dataflow must be one of ws, os, is; got 'rs'"),
         ("weight_buffers", 3, r"AsicConfig.weight_buffers must be 1 \(single-buffered\) or 2"),
         ("weight_buffers", True, r"AsicConfig.weight_buffers must be 1"),
+        ("weight_buffers", 2.0, r"AsicConfig.weight_buffers must be 1"),  # one key per config
         ("acc_overflow", "clip", r"AsicConfig.acc_overflow must be one of wrap, saturate; got"),
         (
             "requant_rounding",

@@ -331,3 +331,23 @@ def test_host_fallback_rejects_an_unknown_formula(device: Device) -> None:
 def test_unknown_device_key_is_one_clear_line() -> None:
     with pytest.raises(ValueError, match="neither a preset"):
         ops.dyn_linear(torch.randn(2, 4), torch.randn(3, 4), None, False, True, "no-such-device")
+
+
+def test_dut_ops_refuse_inputs_that_require_grad(device: Device) -> None:
+    # The DUT has no backward: a call autograd would record fails now, rather than leaving the
+    # gradients silently None at backward().
+    x, w = torch.randn(2, 8), torch.randn(4, 8, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"asic::dyn_linear is inference-only .* torch.no_grad"):
+        ops.dyn_linear(x, w, None, False, True, device.key)
+    with torch.no_grad():
+        assert ops.dyn_linear(x, w, None, False, True, device.key).shape == (2, 4)
+
+
+def test_a_dut_op_called_directly_in_compiled_code_is_one_node(device: Device) -> None:
+    x, w = torch.randn(3, 8), torch.randn(4, 8)
+
+    def f(t: torch.Tensor) -> torch.Tensor:
+        return quant_ops.dyn_linear(t, w, None, False, True, device.key) + 1
+
+    out = torch.compile(f, backend="eager", fullgraph=True)(x)
+    assert torch.equal(out, f(x))

@@ -497,3 +497,34 @@ def test_each_failure_names_its_break_and_its_fix(outcome: Outcome, name: str) -
     assert breaks[0]["fix"] == fix
     # The failure message shows the same fix under the break.
     assert f"fix: {fix}" in outcome.stdout
+
+
+@pytest.mark.parametrize(
+    ("gb_id", "line", "fix"),
+    [
+        # The tensor of .item() is never cut out of the call wrapping it.
+        ("GB0124", "n = int(t.item())", "use t itself (a tensor) where t.item() is used"),
+        (
+            "GB0124",
+            "return float(x.max().item())",
+            "use x.max() itself (a tensor) where x.max().item() is used",
+        ),
+        # A one-line if is rewritten only when it is one plain assignment.
+        ("GB0170", "if c: h = h * 2  # don't", fix_for("GB0170", None)),
+        ("GB0170", "if c: h = 1; g = 2", fix_for("GB0170", None)),
+        ("GB0170", "if c: y == z", fix_for("GB0170", None)),
+        ("GB0170", "if c: h = h * 2  # halve", "h = torch.where(c, h * 2, h)"),
+        # A C call is hoisted only when the line is just that call.
+        ("GB0007", "y = model(x) + time.time()", fix_for("GB0007", None)),
+        (
+            "GB0007",
+            "t0 = time.perf_counter()",
+            "compute t0 = time.perf_counter() before the "
+            "compiled call and pass t0 in as an argument",
+        ),
+    ],
+)
+def test_rewrites_leave_what_they_cannot_rewrite_to_the_pattern(
+    gb_id: str, line: str, fix: str
+) -> None:
+    assert fix_for(gb_id, line) == fix

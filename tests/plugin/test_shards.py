@@ -170,3 +170,15 @@ def test_a_bad_shard_is_named(runs: Path, content: str | None, message: str) -> 
     assert done.returncode == 1
     assert done.stderr.startswith(message)
     assert not (runs / "bad.json").exists()
+
+
+def test_shards_without_tests_leave_the_baseline_alone(runs: Path) -> None:
+    empty = json.loads((runs / "s1.json").read_text()) | {"tests": {}}
+    (runs / "empty.json").write_text(json.dumps(empty))
+    (runs / "kept.json").write_text("untouched")
+    done = merge(runs, "none.json", "empty.json", "--update-baseline", "kept.json")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == (
+        "no test in the shards; baseline kept.json was not written"
+    )
+    assert (runs / "kept.json").read_text() == "untouched"
