@@ -82,6 +82,7 @@ def _inference_only(qualname: str) -> Callable[..., Any]:
     """The op's Autograd kernel: the DUT has no backward, so a call that autograd would record
     is an error now, not gradients that silently stay None at ``backward()``."""
     name = qualname.partition("::")[2]
+    op = getattr(torch.ops.asic, name).default  # defined before its kernels are registered
 
     def autograd(*args: Any, **kwargs: Any) -> Any:
         if torch.is_grad_enabled() and any(
@@ -92,7 +93,7 @@ def _inference_only(qualname: str) -> Callable[..., Any]:
                 "grad: call it under torch.no_grad() or torch.inference_mode()"
             )
         with torch._C._AutoDispatchBelowAutograd():
-            return getattr(torch.ops.asic, name).default(*args, **kwargs)
+            return op(*args, **kwargs)
 
     return autograd
 

@@ -206,6 +206,11 @@ def _out_shape(x: Tensor, n: int | torch.SymInt) -> list[int | torch.SymInt]:
     return [*x.shape[:-1], n]
 
 
+def _weight_kn(w: Tensor, transposed: bool) -> tuple[int | torch.SymInt, int | torch.SymInt]:
+    """``(K, N)`` of a float linear's weight: ``[N, K]``, or ``[K, N]`` when ``transposed``."""
+    return (w.shape[0], w.shape[1]) if transposed else (w.shape[1], w.shape[0])
+
+
 def _check_k(op: str, k_x: int | torch.SymInt, k_w: int | torch.SymInt) -> None:
     _torch_check(
         k_x == k_w,
@@ -313,7 +318,7 @@ def dyn_weight_mm(
 def _(
     x_q: Tensor, w: Tensor, w_transposed: bool, cache_weight: bool, device: str
 ) -> tuple[Tensor, Tensor]:
-    k_w, n = (w.shape[0], w.shape[1]) if w_transposed else (w.shape[1], w.shape[0])
+    k_w, n = _weight_kn(w, w_transposed)
     _check_k("dyn_linear", x_q.shape[-1], k_w)
     return x_q.new_empty((x_q.shape[0], n), dtype=torch.int32), w.new_empty(
         (n,), dtype=torch.float32
@@ -363,7 +368,7 @@ def _(
     cache_weight: bool,
     device: str,
 ) -> Tensor:
-    k_w, n = (w.shape[0], w.shape[1]) if w_transposed else (w.shape[1], w.shape[0])
+    k_w, n = _weight_kn(w, w_transposed)
     _check_k("dyn_linear", x.shape[-1], k_w)
     return x.new_empty(_out_shape(x, n))
 
@@ -385,9 +390,7 @@ def _dyn_linear_fusable(
 # quantization and the rescale as aten ops around the one opaque DUT GEMM: Inductor fuses each
 # side into one kernel, with its neighbours. Same numbers as asic::dyn_linear.
 torch.library.define(
-    "asic::dyn_linear_fusable",
-    "(Tensor x, Tensor w, Tensor? bias, bool w_transposed, bool cache_weight, str device) "
-    "-> Tensor",
+    "asic::dyn_linear_fusable", torch.library.infer_schema(_dyn_linear_fusable, mutates_args=())
 )
 torch.library.impl("asic::dyn_linear_fusable", "CompositeImplicitAutograd", _dyn_linear_fusable)
 

@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
+from pytest_nobreak.fixes import fix_for
+
 BreakKind = Literal[
     "graph_break",  # the frame was split; both halves still compiled
     "eager_fallback",  # a whole frame ran eagerly (skip, loop break, silent stance)
@@ -115,8 +117,6 @@ class BreakEvent:
 
     def __post_init__(self) -> None:
         if self.fix is None:
-            from pytest_nobreak.fixes import fix_for
-
             object.__setattr__(self, "fix", fix_for(self.gb_id, self.source, self.reason))
 
     @property

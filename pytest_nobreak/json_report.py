@@ -261,15 +261,7 @@ def merge_files(output: str | os.PathLike[str], inputs: list[str | os.PathLike[s
     configuration (torch release, backend and device): figures of different configurations are
     not comparable, and one header could not describe them.
     """
-    documents = []
-    for path in inputs:
-        try:
-            document = read_report(path)
-        except ReportError as exc:  # without the hint about --nobreak-json: not a pytest run
-            raise ReportError(path, exc.problem, "") from None
-        if document is None:
-            raise ReportError(path, "does not exist", "")
-        documents.append((path, document))
+    documents = [(path, read_input(path)) for path in inputs]
     first_path, first = documents[0]
     merged: dict[str, Any] = first
     for path, document in documents[1:]:
@@ -277,8 +269,8 @@ def merge_files(output: str | os.PathLike[str], inputs: list[str | os.PathLike[s
         if differ:
             raise ReportError(
                 path,
-                f"is from {_describe(document, differ)}, {os.fspath(first_path)} from "
-                f"{_describe(first, differ)}; merge reports of one configuration only",
+                f"is from {describe(document, differ)}, {os.fspath(first_path)} from "
+                f"{describe(first, differ)}; merge reports of one configuration only",
                 "",
             )
         merged = merge_report(merged, document)
@@ -286,7 +278,20 @@ def merge_files(output: str | os.PathLike[str], inputs: list[str | os.PathLike[s
     return len(merged["tests"])
 
 
-def _describe(document: Mapping[str, Any], keys: list[str]) -> str:
+def read_input(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A report given to a command (not written by this pytest run): it must exist. Raises
+    :class:`ReportError` without the hint about ``--nobreak-json``."""
+    try:
+        document = read_report(path)
+    except ReportError as exc:
+        raise ReportError(path, exc.problem, "") from None
+    if document is None:
+        raise ReportError(path, "does not exist", "")
+    return document
+
+
+def describe(document: Mapping[str, Any], keys: Iterable[str]) -> str:
+    """The header fields ``keys`` of a report, for a message: ``torch '2.13.0', device ''``."""
     return ", ".join(f"{key} {document.get(key)!r}" for key in keys)
 
 

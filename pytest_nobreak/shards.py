@@ -28,8 +28,9 @@ from pytest_nobreak.json_report import (
     CONFIGURATION,
     ReportError,
     TestRecord,
+    describe,
     dump_report,
-    read_report,
+    read_input,
 )
 
 __all__ = ["MergeError", "baseline_of", "main", "merge_shards"]
@@ -48,14 +49,17 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
     owner: dict[str, str] = {}  # nodeid -> the shard it came from
     for path in paths:
         shown = os.fspath(path)
-        document = _read(path)
+        try:
+            document = read_input(path)
+        except ReportError as exc:
+            raise MergeError(f"{shown} {exc.problem}") from None
         if merged is None:
             merged, first_path = {**document, "tests": {}}, shown
         differ = [key for key in CONFIGURATION if document.get(key) != merged.get(key)]
         if differ:
             raise MergeError(
-                f"{shown} is from {_describe(document, differ)} but {first_path} from "
-                f"{_describe(merged, differ)}: merge the shards of one run only"
+                f"{shown} is from {describe(document, differ)} but {first_path} from "
+                f"{describe(merged, differ)}: merge the shards of one run only"
             )
         for nodeid, entry in document["tests"].items():
             known = merged["tests"].get(nodeid)
@@ -86,20 +90,6 @@ def baseline_of(report: Mapping[str, Any], baseline_path: str | os.PathLike[str]
             except ValueError as exc:
                 raise MergeError(f"the merged report: {exc}") from None
     return dump_baseline(updated(baseline, results, report["torch"], report.get("asic_sim")))
-
-
-def _read(path: str | os.PathLike[str]) -> dict[str, Any]:
-    try:
-        document = read_report(path)
-    except ReportError as exc:
-        raise MergeError(f"{os.fspath(path)} {exc.problem}") from None
-    if document is None:
-        raise MergeError(f"{os.fspath(path)} does not exist")
-    return document
-
-
-def _describe(document: Mapping[str, Any], keys: list[str]) -> str:
-    return ", ".join(f"{key} {document.get(key)!r}" for key in keys)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
