@@ -165,23 +165,23 @@ def test_the_backward_pass_counts_its_convolutions_and_attention(device: Device)
 
 
 @pytest.mark.parametrize(
-    ("fn", "args"),
+    ("fn", "shapes"),
     [
-        (torch.mv, (torch.randn(3, 4), torch.randn(4))),
-        (torch.dot, (torch.randn(5), torch.randn(5))),
-        (torch.linalg.matmul, (torch.randn(2, 3, 4), torch.randn(4, 5))),
-        (lambda a, b: torch.tensordot(a, b, dims=2), (torch.randn(3, 4, 5), torch.randn(4, 5, 6))),
-        (torch.inner, (torch.randn(3, 4), torch.randn(5, 4))),
-        (
-            lambda a, b: torch.linalg.multi_dot([a, b, b.t()]),
-            (torch.randn(3, 4), torch.randn(4, 4)),
-        ),
+        (torch.mv, ((3, 4), (4,))),
+        (torch.dot, ((5,), (5,))),
+        (torch.linalg.matmul, ((2, 3, 4), (4, 5))),
+        (lambda a, b: torch.tensordot(a, b, dims=2), ((3, 4, 5), (4, 5, 6))),
+        (torch.inner, ((3, 4), (5, 4))),
+        (lambda a, b: torch.linalg.multi_dot([a, b, b.t()]), ((3, 4), (4, 4))),
     ],
     ids=["mv", "dot", "linalg.matmul", "tensordot", "inner", "multi_dot"],
 )
 def test_every_spelling_of_a_matmul_runs_on_the_dut(
-    device: Device, fn: Callable[..., torch.Tensor], args: tuple[torch.Tensor, ...]
+    device: Device, fn: Callable[..., torch.Tensor], shapes: tuple[tuple[int, ...], ...]
 ) -> None:
+    # Drawn here, under the seeding fixture, not at collection: a 5-term dot product of
+    # unseeded draws can cancel to ~0, where int8's error relative to the result is unbounded.
+    args = tuple(torch.randn(shape) for shape in shapes)
     with torch.no_grad():
         out = torch.compile(fn, backend="asic", fullgraph=True)(*args)
     assert_close_to_fp32(out, fn(*args))
