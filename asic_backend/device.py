@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import threading
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 
@@ -18,6 +18,11 @@ from asic_backend import numerics
 from asic_backend.config import AsicConfig
 from asic_backend.conv import ConvGeometry, conv_i32
 from asic_backend.cycles import ACC_BYTES, GemmCost, conv_cost, gemm_cost
+
+#: What a DUT GEMM computes, for the per-family share of MACs in reports: a linear or plain
+#: matrix product, a batched one (attention's QK and PV, ``bmm``), or a convolution.
+GemmFamily = Literal["matmul", "bmm", "conv"]
+GEMM_FAMILIES: tuple[str, ...] = get_args(GemmFamily)
 
 #: How many per-GEMM costs a device remembers since its last reset (oldest dropped first).
 COST_HISTORY = 4096
@@ -129,6 +134,7 @@ class Device:
         self._host_macs = 0
         self._sites: dict[HostFallback, HostFallbackStats] = {}  # first-seen order
         self._costs: collections.deque[GemmCost] = collections.deque(maxlen=COST_HISTORY)
+        self._shapes: dict[tuple[str, GemmCost], int] = {}
         # A cost depends only on the shape and the config: computed once per shape, so a call
         # adds precomputed numbers to the counters (GemmCost is frozen, safe to share).
         self._memo: dict[object, GemmCost] = {}
@@ -156,6 +162,7 @@ class Device:
             self._host_macs = 0
             self._sites.clear()
             self._costs.clear()
+            self._shapes.clear()
 
     def gemm_cost(
         self, m: int, k: int, n: int, out_bytes: int, input_bytes: int | None = None
@@ -182,14 +189,17 @@ class Device:
         self._memo[key] = cost
         return cost
 
-    def record_gemm(self, cost: GemmCost, count: int = 1) -> None:
-        """Count ``count`` GEMMs of this cost run on the DUT (a grouped conv issues one a group)."""
+    def record_gemm(self, cost: GemmCost, count: int = 1, family: GemmFamily = "matmul") -> None:
+        """Count ``count`` GEMMs of this cost run on the DUT (a grouped conv issues one a group).
+        ``family`` only labels them for reports; the counters do not depend on it."""
         with self._lock:
             self._dut_ops += count
             self._macs += cost.macs * count
             self._cycles += cost.cycles * count
             self._bytes += cost.bytes_moved * count
             self._costs.extend([cost] * min(count, COST_HISTORY))
+            shape = (family, cost)
+            self._shapes[shape] = self._shapes.get(shape, 0) + count
 
     def record_host_fallback(
         self, site: HostFallback, macs: int = 0, shape: str | None = None
@@ -223,6 +233,13 @@ class Device:
         """The cost of each GEMM since the last reset, oldest first (the last 4096 at most)."""
         with self._lock:
             return tuple(self._costs)
+
+    @property
+    def gemm_shapes(self) -> dict[tuple[str, GemmCost], int]:
+        """How many GEMMs of each (family, cost) ran since the last reset, in first-seen order
+        (every one of them, unlike :attr:`last_costs`)."""
+        with self._lock:
+            return dict(self._shapes)
 
     def history(self) -> tuple[int, tuple[GemmCost, ...]]:
         """``(dut_ops, last_costs)`` read together: the GEMMs issued since the last reset, and
@@ -289,6 +306,15 @@ def total_snapshot() -> CounterSnapshot:
     return sum((d.snapshot() for d in all_devices()), CounterSnapshot())
 
 
+def all_gemm_shapes() -> dict[tuple[str, str, GemmCost], int]:
+    """How many GEMMs of each (device key, family, cost) ran on any device since its reset."""
+    return {
+        (device.key, family, cost): count
+        for device in all_devices()
+        for (family, cost), count in device.gemm_shapes.items()
+    }
+
+
 def all_host_fallbacks() -> list[HostFallback]:
     """The distinct host-fallback sites of all devices, deduplicated, in first-seen order."""
     return [stats.site for stats in all_host_fallback_stats()]
@@ -344,7 +370,9 @@ def run_bmm_i32(a_q: torch.Tensor, w_q: torch.Tensor, *, device: Device) -> torc
     acc = numerics.bmm_i32(a_q, w_q, device.config.acc_overflow)
     batch, m, k = a_q.shape
     if batch:
-        device.record_gemm(device.gemm_cost(m, k, w_q.shape[1], ACC_BYTES), count=batch)
+        device.record_gemm(
+            device.gemm_cost(m, k, w_q.shape[1], ACC_BYTES), count=batch, family="bmm"
+        )
     return acc
 
 
@@ -398,7 +426,7 @@ def run_conv_i32(
     acc = conv_i32(
         x_q, w_q, geo, a_zp=a_zp, bias_i32=bias_i32, acc_overflow=device.config.acc_overflow
     )
-    device.record_gemm(device.conv_cost(geo, out_bytes), count=geo.groups)
+    device.record_gemm(device.conv_cost(geo, out_bytes), count=geo.groups, family="conv")
     return acc
 
 
@@ -429,5 +457,5 @@ def run_conv_requant(
         rows, multiplier, shift, out_zp, qmin, qmax, device.config.requant_rounding
     )
     out = out.reshape(geo.batch, *geo.out_size, geo.out_channels).movedim(-1, 1).contiguous()
-    device.record_gemm(device.conv_cost(geo, out_bytes=1), count=geo.groups)
+    device.record_gemm(device.conv_cost(geo, out_bytes=1), count=geo.groups, family="conv")
     return out

@@ -1,4 +1,5 @@
-"""``python -m pytest_nobreak``: CI commands around pytest runs (:mod:`pytest_nobreak.shards`)."""
+"""``python -m pytest_nobreak``: CI commands around pytest runs (:mod:`pytest_nobreak.shards`;
+``zoo``: :mod:`pytest_nobreak.zoo`)."""
 
 from __future__ import annotations
 
@@ -7,4 +8,8 @@ import sys
 from pytest_nobreak.shards import main
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["zoo"]:
+        from pytest_nobreak import zoo
+
+        sys.exit(zoo.main(sys.argv[2:]))
     sys.exit(main())

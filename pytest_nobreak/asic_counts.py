@@ -22,6 +22,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from asic_backend.cycles import GemmCost
     from asic_backend.device import CounterSnapshot, HostFallback, HostFallbackStats
 
 _MODULE = "asic_backend.device"
@@ -34,12 +35,14 @@ class AsicCounts:
     """What ran on any simulated device between :meth:`start` and :meth:`stop`.
 
     ``total`` is ``None`` until the simulator is imported (then zero until something runs);
-    ``sites`` holds each host-fallback site's calls and MACs, in first-seen order.
+    ``sites`` holds each host-fallback site's calls and MACs, in first-seen order, and
+    ``gemms`` how many DUT GEMMs of each (device key, family, cost) ran, in first-seen order.
     """
 
     def __init__(self) -> None:
         self.total: CounterSnapshot | None = None
         self.sites: dict[HostFallback, HostFallbackStats] = {}
+        self.gemms: dict[tuple[str, str, GemmCost], int] = {}
         self._lock = threading.Lock()
         self._running = False
 
@@ -73,11 +76,21 @@ class AsicCounts:
             self.total = module.total_snapshot() if seed else module.CounterSnapshot()
             if seed:
                 self.sites = {stats.site: stats for stats in module.all_host_fallback_stats()}
+                self.gemms = module.all_gemm_shapes()
         _listeners.append(self)
 
-    def _add(self, counted: CounterSnapshot, fallback: tuple[Any, int, str | None] | None) -> None:
+    def _add(
+        self,
+        counted: CounterSnapshot,
+        fallback: tuple[Any, int, str | None] | None,
+        gemm: tuple[str, str, GemmCost, int] | None = None,
+    ) -> None:
         with self._lock:
             self.total = counted if self.total is None else self.total + counted
+            if gemm is not None:
+                key, family, cost, count = gemm
+                seen = (key, family, cost)
+                self.gemms[seen] = self.gemms.get(seen, 0) + count
             if fallback is None:
                 return
             site, macs, shape = fallback
@@ -119,13 +132,13 @@ def _install(module: Any) -> None:
         record_host_fallback = device.record_host_fallback
 
         @functools.wraps(record_gemm)
-        def gemm(self: Any, cost: Any, count: int = 1) -> None:
+        def gemm(self: Any, cost: Any, count: int = 1, family: str = "matmul") -> None:
             if not _listeners:
-                record_gemm(self, cost, count)
+                record_gemm(self, cost, count, family)
                 return
             before = self.snapshot()
-            record_gemm(self, cost, count)
-            _dispatch(minus(self.snapshot(), before), None)
+            record_gemm(self, cost, count, family)
+            _dispatch(minus(self.snapshot(), before), None, (self.key, family, cost, count))
 
         @functools.wraps(record_host_fallback)
         def host_fallback(self: Any, site: Any, macs: int = 0, shape: str | None = None) -> None:
@@ -141,6 +154,10 @@ def _install(module: Any) -> None:
         _installed = True
 
 
-def _dispatch(counted: CounterSnapshot, fallback: tuple[Any, int, str | None] | None) -> None:
+def _dispatch(
+    counted: CounterSnapshot,
+    fallback: tuple[Any, int, str | None] | None,
+    gemm: tuple[str, str, GemmCost, int] | None = None,
+) -> None:
     for listener in list(_listeners):
-        listener._add(counted, fallback)
+        listener._add(counted, fallback, gemm)

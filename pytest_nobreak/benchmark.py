@@ -325,7 +325,7 @@ def _roofline_payload(gemms: Sequence[tuple[str, GemmCost]], name: str) -> dict[
 
     points, roofs = [], {}
     for key, cost in gemms:
-        roofs[key] = _roof_fields(get_device(key).config)
+        roofs[key] = roof_fields(get_device(key).config)
         points.append(
             {
                 "device": key,
@@ -445,10 +445,10 @@ def _session_roof(settings: NobreakConfig) -> dict[str, Roof]:
     from pytest_nobreak.roofline import Roof
 
     config = settings.asic_config()
-    return {config.key: Roof(config.key, **_roof_fields(config))}
+    return {config.key: Roof(config.key, **roof_fields(config))}
 
 
-def _roof_fields(config: AsicConfig) -> dict[str, Any]:
+def roof_fields(config: AsicConfig) -> dict[str, Any]:
     """A device's roofs, from its config (the one source of the peak and ridge formulas)."""
     described = config.describe()
     return {

@@ -96,6 +96,11 @@ OPTIONS = (
         "write this run's compile report as JSON to this path (replacing the file)",
     ),
     Option(
+        "--nobreak-html",
+        "path",
+        "write this run's compile report as one self-contained HTML page to this path",
+    ),
+    Option(
         "--nobreak-baseline",
         "path",
         "compare per-test compile figures with this baseline file; a figure that rises fails",
@@ -201,6 +206,7 @@ class NobreakConfig:
     #: Breaks in unmarked tests fail the run (``--nobreak-unmarked fail``).
     fail_unmarked: bool = False
     json_path: Path | None = None
+    html_path: Path | None = None
     baseline_path: Path | None = None
     update_baseline: bool = False
     strict: bool = False
@@ -271,6 +277,7 @@ class NobreakConfig:
             watch_all=bool(values["--nobreak-all"]) or fail_unmarked,
             fail_unmarked=fail_unmarked,
             json_path=path("--nobreak-json"),
+            html_path=path("--nobreak-html"),
             baseline_path=baseline,
             update_baseline=update,
             strict=_env_is_ci(os.environ) if strict is None else bool(strict),

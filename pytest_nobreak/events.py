@@ -35,6 +35,21 @@ ALL_FIGURES = CORE_FIGURES + ASIC_FIGURES
 #: ``BreakEvent.gb_type`` of a host fallback is this prefix and the op (``Host fallback: conv2d``).
 HOST_FALLBACK_PREFIX = "Host fallback: "
 _GB_ID = re.compile(r"GB\d+")
+#: The op families the DUT's share of MACs is shown by (``asic_backend.device.GEMM_FAMILIES``,
+#: restated because this module must not import the simulator, which imports torch).
+OP_FAMILIES = ("matmul", "bmm", "conv")
+_BATCHED = ("attention", "bmm", "mha", "encoder_layer", "transformer")
+
+
+def op_family(op: str) -> str:
+    """The family of a host-fallback op, by its name (``conv2d`` → ``conv``; attention and
+    batched products → ``bmm``; every other matmul-class op → ``matmul``)."""
+    name = op.lower()
+    if "conv" in name:
+        return "conv"
+    if any(part in name for part in _BATCHED):
+        return "bmm"
+    return "matmul"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +125,10 @@ class BreakEvent:
     chain: tuple[ChainLink, ...] = ()
     call_sites: tuple[CallSite, ...] = ()
     library: str | None = None
+    #: The source lines around ``line`` (``context_start`` is the first one's number), for the
+    #: HTML report, which may be rendered where the sources are not (a merged CI report).
+    context: tuple[str, ...] = ()
+    context_start: int | None = None
     #: The change that removes this break (:func:`pytest_nobreak.fixes.fix_for`): a rewrite of
     #: the user's line, or the fix's template; None when the table has none. Made from the
     #: event when not given, so it survives the trip through JSON (which drops the source).
@@ -157,7 +176,9 @@ class BreakEvent:
         A host fallback adds ``calls`` and ``macs`` (host MACs), summed over all its sites. A
         chained break adds ``chain`` (its ids, root first), a break reached through the user's
         calls ``call_sites`` (innermost first), one inside a library ``library``, and one the
-        fixes table knows ``fix`` (:mod:`pytest_nobreak.fixes`).
+        fixes table knows ``fix`` (:mod:`pytest_nobreak.fixes`). The user's ``source`` line,
+        Dynamo's ``hints`` and docs ``link``, and the ``context`` lines around the user's line
+        (``{"start": n, "lines": [...]}``) are there when known, for the HTML report.
         """
         out: dict[str, Any] = {
             "kind": self.kind,
@@ -172,13 +193,75 @@ class BreakEvent:
             out["macs"] = self.macs
         if self.chain:
             out["chain"] = [link.label for link in self.chain]
-        if self.call_sites:
-            out["call_sites"] = [{"file": s.file, "line": s.line} for s in self.call_sites]
         if self.library:
             out["library"] = self.library
         if self.fix:
             out["fix"] = self.fix
+        if self.source is not None:
+            out["source"] = self.source
+        if self.hints:
+            out["hints"] = list(self.hints)
+        if self.link:
+            out["link"] = self.link
+        if self.context and self.context_start is not None:
+            out["context"] = {"start": self.context_start, "lines": list(self.context)}
+        if self.call_sites:
+            out["call_sites"] = [_site_json(s) for s in self.call_sites]
         return out
+
+
+def _site_json(site: CallSite) -> dict[str, Any]:
+    out: dict[str, Any] = {"file": site.file, "line": site.line}
+    if site.source is not None:
+        out["source"] = site.source
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmRecord:
+    """GEMMs of one shape and family that a test ran on one simulated device: how many, and
+    what each costs (:class:`asic_backend.cycles.GemmCost`'s figures). The HTML report's
+    per-family share of MACs, per-test utilization and roofline points come from these."""
+
+    device: str
+    family: str
+    m: int
+    k: int
+    n: int
+    calls: int
+    macs: int  # per call
+    cycles: int  # per call
+    utilization: float
+    mapping_efficiency: float
+    compute_utilization: float
+    arithmetic_intensity: float
+    attained_ops_per_s: float
+    bound: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], where: str) -> GemmRecord:
+        """Raises ``ValueError`` when a field is missing or of the wrong type."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{where}: a gemm must be an object, not {data!r}")
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            value = data.get(field.name)
+            kind: type[Any] | tuple[type[Any], ...] = _GEMM_TYPES[str(field.type)]
+            if not isinstance(value, kind) or isinstance(value, bool):
+                problem = f"gemm {field.name!r} must be {field.type}, not {value!r}"
+                raise ValueError(f"{where}: {problem}")
+            values[field.name] = float(value) if field.type == "float" else value
+        return cls(**values)
+
+
+_GEMM_TYPES: dict[str, type[Any] | tuple[type[Any], ...]] = {
+    "str": str,
+    "int": int,
+    "float": (int, float),
+}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,6 +34,7 @@ from pytest_nobreak.events import (
     CallSite,
     ChainLink,
     Figures,
+    GemmRecord,
 )
 
 __all__ = [
@@ -46,8 +47,14 @@ __all__ = [
     "merge_files",
     "merge_report",
     "read_report",
+    "write_document",
     "write_report",
 ]
+
+#: The report's section of the devices' roofs (by device key), for the HTML roofline.
+ROOFS_KEY = "roofs"
+#: The report's section of each ``--nobreak-model`` check's skip or failure reason (by nodeid).
+MODELS_KEY = "models"
 
 VERSION = 1
 
@@ -78,6 +85,10 @@ class TestRecord:
     marked: bool  # whether the test carried no_graph_break (breaks fail it)
     figures: Figures
     breaks: tuple[BreakEvent, ...] = ()
+    #: Why each recompile happened (the guard that failed), in order.
+    recompile_reasons: tuple[str, ...] = ()
+    #: The DUT GEMMs the test ran, by device, family and shape.
+    gemms: tuple[GemmRecord, ...] = ()
 
     @property
     def reported_breaks(self) -> tuple[BreakEvent, ...]:
@@ -102,6 +113,10 @@ class TestRecord:
         asic = self.figures.asic()
         if asic is not None:
             entry["asic"] = asic
+        if self.recompile_reasons:
+            entry["recompile_reasons"] = list(self.recompile_reasons)
+        if self.gemms:
+            entry["gemms"] = [gemm.to_json() for gemm in self.gemms]
         return entry
 
     @classmethod
@@ -121,12 +136,20 @@ class TestRecord:
                 if name in REQUIRED_ASIC_FIGURES or asic.get(name) is not None:
                     figures[name] = _count(asic, name, where)
         breaks = _field(data, "breaks", list, where)
+        reasons = data.get("recompile_reasons") or []
+        if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons):
+            raise ValueError(f"{where}: 'recompile_reasons' must be a list of strings")
+        gemms = data.get("gemms") or []
+        if not isinstance(gemms, list):
+            raise ValueError(f"{where}: 'gemms' must be a list, not {gemms!r}")
         return cls(
             nodeid=nodeid,
             outcome=outcome,
             marked=marked,
             figures=Figures(**figures),
             breaks=tuple(_event_from_json(event, where) for event in breaks),
+            recompile_reasons=tuple(reasons),
+            gemms=tuple(GemmRecord.from_json(gemm, where) for gemm in gemms),
         )
 
 
@@ -138,12 +161,17 @@ def build_report(
     *,
     asic_sim: str | None = None,
     complete: Iterable[str] | None = None,
+    roofs: Mapping[str, Mapping[str, Any]] | None = None,
+    models: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The report document for the tests of this run.
 
     ``asic_sim`` (the simulator's model version) goes in the header when known; a test not in
     ``complete`` (it broke off half-way, so its figures are partial) gets ``"complete": false``,
     which keeps it out of a baseline made from the report (``python -m pytest_nobreak merge``).
+    ``roofs`` are the roofs (peak ops/s, DRAM bandwidth) of the devices the tests' GEMMs ran
+    on, by device key, for the roofline of the HTML report; ``models`` the skip or failure
+    reason of each ``--nobreak-model`` check, by nodeid, for the model-zoo table.
     """
     finished = None if complete is None else set(complete)
     tests = {}
@@ -160,6 +188,10 @@ def build_report(
     }
     if asic_sim is not None:
         report["asic_sim"] = asic_sim
+    if roofs:
+        report[ROOFS_KEY] = {key: dict(value) for key, value in roofs.items()}
+    if models:
+        report[MODELS_KEY] = dict(sorted(models.items()))
     report["tests"] = tests
     return report
 
@@ -171,7 +203,26 @@ def merge_report(existing: Mapping[str, Any] | None, report: Mapping[str, Any]) 
     """
     tests = dict(existing["tests"]) if existing is not None else {}
     tests.update(report["tests"])
-    return {**report, "tests": tests}
+    return {**report, "tests": tests, **merge_sections(existing, report)}
+
+
+#: The report's sections keyed like ``tests`` (by device key, by nodeid) that merging several
+#: reports unites: the devices' roofs, the model checks' reasons.
+KEYED_SECTIONS = (ROOFS_KEY, MODELS_KEY)
+
+
+def merge_sections(*documents: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The :data:`KEYED_SECTIONS` of several reports, each united by key (a later one wins a
+    tie; reports of one configuration agree on the roofs), sorted; empty ones left out."""
+    out: dict[str, Any] = {}
+    for section in KEYED_SECTIONS:
+        united: dict[str, Any] = {}
+        for document in documents:
+            if document is not None:
+                united.update(document.get(section) or {})
+        if united:
+            out[section] = dict(sorted(united.items()))
+    return out
 
 
 def dump_report(report: Mapping[str, Any]) -> str:
@@ -246,8 +297,13 @@ def write_report(
     report = build_report(
         torch_version, backend, device, records, asic_sim=asic_sim, complete=complete
     )
-    write_atomic(path, dump_report(report))
+    write_document(path, report)
     return report
+
+
+def write_document(path: str | os.PathLike[str], report: Mapping[str, Any]) -> None:
+    """Write a report document (:func:`build_report`'s) to ``path`` atomically."""
+    write_atomic(path, dump_report(report))
 
 
 #: The header fields that must agree for reports to be merged.
@@ -358,13 +414,39 @@ def _event_from_json(data: Any, where: str) -> BreakEvent:
         call_sites=tuple(_call_site(d, where) for d in data.get("call_sites") or ()),
         library=_optional(data, "library", str, where),
         fix=_optional(data, "fix", str, where),
+        source=_optional(data, "source", str, where),
+        hints=_strings(data, "hints", where),
+        link=_optional(data, "link", str, where),
+        **_context(data.get("context"), where),
     )
+
+
+def _strings(data: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = data.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise ValueError(f"{where}: {key!r} must be a list of strings, not {value!r}")
+    return tuple(value)
+
+
+def _context(data: Any, where: str) -> dict[str, Any]:
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{where}: 'context' must be an object, not {data!r}")
+    return {
+        "context_start": _count(data, "start", where),
+        "context": _strings(data, "lines", where),
+    }
 
 
 def _call_site(data: Any, where: str) -> CallSite:
     if not isinstance(data, Mapping):
         raise ValueError(f"{where}: a call site must be an object, not {data!r}")
-    return CallSite(_field(data, "file", str, where), _optional(data, "line", int, where))
+    return CallSite(
+        _field(data, "file", str, where),
+        _optional(data, "line", int, where),
+        _optional(data, "source", str, where),
+    )
 
 
 def _optional_count(data: Mapping[str, Any], key: str, where: str) -> int | None:

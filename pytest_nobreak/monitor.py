@@ -31,6 +31,7 @@ from pytest_nobreak.events import (
     BreakKind,
     ChainLink,
     Figures,
+    GemmRecord,
     OtherSite,
 )
 from pytest_nobreak.render import render_failure
@@ -134,6 +135,28 @@ class CompileReport:
         """
         discount = self._asic_discount
         self._asic_discount = counters if discount is None else discount + counters
+
+    def gemms(self) -> tuple[GemmRecord, ...]:
+        """The DUT GEMMs of the block, one record per device, family and shape."""
+        return tuple(
+            GemmRecord(
+                device=key,
+                family=family,
+                m=cost.m,
+                k=cost.k,
+                n=cost.n,
+                calls=calls,
+                macs=cost.macs,
+                cycles=cost.cycles,
+                utilization=cost.utilization,
+                mapping_efficiency=cost.mapping_efficiency,
+                compute_utilization=cost.compute_utilization,
+                arithmetic_intensity=cost.arithmetic_intensity,
+                attained_ops_per_s=cost.attained_ops_per_s,
+                bound=cost.bound,
+            )
+            for (key, family, cost), calls in self._asic.gemms.items()
+        )
 
     def figures(self) -> Figures:
         core = Figures(

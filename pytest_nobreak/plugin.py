@@ -15,6 +15,7 @@ from pytest_nobreak.config import ASIC_BACKEND, NobreakConfig, add_options, chec
 from pytest_nobreak.fixtures import CONFIG_KEY, asic, nobreak_compile, nobreak_report
 from pytest_nobreak.html_columns import HtmlColumns
 from pytest_nobreak.markers import MARKER_DOC
+from pytest_nobreak.model_items import add_model_options, configure_models
 from pytest_nobreak.session import NobreakSession
 
 __all__ = ["asic", "asic_benchmark", "nobreak_compile", "nobreak_report"]
@@ -26,6 +27,7 @@ HTML_PLUGIN_NAME = "nobreak-pytest-html"
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
+    add_model_options(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -39,6 +41,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[CONFIG_KEY] = settings
     config.pluginmanager.register(NobreakSession(config, settings), SESSION_PLUGIN_NAME)
     config.pluginmanager.register(BenchmarkPlugin(config, settings), BENCHMARK_PLUGIN_NAME)
+    configure_models(config, settings)  # --nobreak-model: the generated checks
     if config.pluginmanager.hasplugin("html"):  # pytest-html: figures as columns, breaks as extras
         config.pluginmanager.register(HtmlColumns(config), HTML_PLUGIN_NAME)
 

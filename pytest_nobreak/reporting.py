@@ -30,6 +30,7 @@ from pytest_nobreak.baseline import (
 from pytest_nobreak.config import NobreakConfig
 from pytest_nobreak.events import CORE_FIGURES, REQUIRED_ASIC_FIGURES, Figures
 from pytest_nobreak.json_report import TestRecord
+from pytest_nobreak.model_items import model_notes
 from pytest_nobreak.render import event_line, percent, short_path
 
 #: pytest's exit status for "some gate failed" (the same as failed tests).
@@ -142,6 +143,7 @@ class SessionReporter:
             (self._gate_unmarked, "check the unmarked tests"),
             (self._gate_baseline, "check the baseline"),
             (self._write_json, "write the JSON report"),
+            (self._write_html, "write the HTML report"),
             (self._github, "write the GitHub Actions output"),
         ]
         status = 0
@@ -234,29 +236,68 @@ class SessionReporter:
             return ""
         return self.settings.asic_config().key
 
+    def document(self) -> dict[str, Any]:
+        """This run's report document: what ``--nobreak-json`` writes and the HTML page shows."""
+        from pytest_nobreak.json_report import build_report
+
+        return build_report(
+            torch_version(),
+            self.settings.fixture_backend,
+            self._device(),
+            self.records.values(),
+            asic_sim=sim_version(),
+            complete=self.complete,
+            roofs=self._roofs(),
+            models=model_notes(self.config),
+        )
+
+    def _roofs(self) -> dict[str, dict[str, Any]]:
+        keys = {gemm.device for record in self.records.values() for gemm in record.gemms}
+        if not keys:
+            return {}
+        # A GEMM ran, so the simulator is imported already.
+        from asic_backend.device import get_device
+        from pytest_nobreak.benchmark import roof_fields
+
+        return {key: roof_fields(get_device(key).config) for key in sorted(keys)}
+
     def _write_json(self) -> int:
         """This run's report, replacing the file; also when no test was watched (an empty
         ``tests``), so a CI step can upload it unconditionally. The path was checked at start."""
-        from pytest_nobreak.json_report import write_report
+        from pytest_nobreak.json_report import write_document
 
         path = self.settings.json_path
         if path is None:
             return 0
         shown = display_path(path)
         try:
-            write_report(
-                path,
-                torch_version(),
-                self.settings.fixture_backend,
-                self._device(),
-                self.records.values(),
-                asic_sim=sim_version(),
-                complete=self.complete,
-            )
+            write_document(path, self.document())
         except (OSError, UnicodeError) as exc:
             self.errors.append(f"nobreak: cannot write JSON report {shown}: {_reason(exc)}")
             return int(GATE_FAILED)
         self.lines.append((f"nobreak: JSON report written to {shown}", None))
+        return 0
+
+    def _write_html(self) -> int:
+        """The page of this run (also with no watched test). The path was checked at start."""
+        from pytest_nobreak.html_report import render_html, write_html
+
+        path = self.settings.html_path
+        if path is None:
+            return 0
+        shown = display_path(path)
+        baseline = self.settings.baseline_path
+        page = render_html(
+            self.document(),
+            comparison=self.comparison,
+            baseline=display_path(baseline) if baseline is not None else None,
+        )
+        try:
+            write_html(path, page)
+        except (OSError, UnicodeError) as exc:
+            self.errors.append(f"nobreak: cannot write HTML report {shown}: {_reason(exc)}")
+            return int(GATE_FAILED)
+        self.lines.append((f"nobreak: HTML report written to {shown}", None))
         return 0
 
     def failure_words(self) -> list[str]:

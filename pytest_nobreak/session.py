@@ -25,11 +25,13 @@ import pytest
 
 from pytest_nobreak.baseline import Baseline, BaselineError, load_baseline
 from pytest_nobreak.config import NobreakConfig
+from pytest_nobreak.events import BreakEvent
 from pytest_nobreak.json_report import TestRecord
 from pytest_nobreak.junit import junit_properties
 from pytest_nobreak.markers import MARKER, MarkerError, NoGraphBreakOptions
 from pytest_nobreak.monitor import CompileReport, Monitor
 from pytest_nobreak.render import short_path
+from pytest_nobreak.sites import source_context
 
 if TYPE_CHECKING:
     from pytest_nobreak.reporting import SessionReporter
@@ -70,6 +72,7 @@ class NobreakSession:
         self.usage_errors: list[str] = []
         self.baseline = self._load_baseline()
         self._check_json_path()
+        self._check_html_path()
 
     def _load_baseline(self) -> Baseline | None:
         """Read the baseline before any test runs: a broken file stops the run at once (exit 4,
@@ -101,6 +104,17 @@ class NobreakSession:
         except ReportError as exc:
             shown = ReportError(display_path(path), exc.problem, exc.hint)
             raise pytest.UsageError(str(shown)) from None
+
+    def _check_html_path(self) -> None:
+        path = self.settings.html_path
+        if path is None or is_xdist_worker(self.config):
+            return
+        from pytest_nobreak.html_report import HtmlReportError, check_html_path
+
+        try:
+            check_html_path(path)
+        except HtmlReportError as exc:
+            raise pytest.UsageError(str(exc)) from None
 
     # ------------------------------------------------------------------ collection
 
@@ -201,10 +215,9 @@ class NobreakSession:
             outcome="pending",
             marked=marked,
             figures=report.figures(),
-            breaks=tuple(
-                dataclasses.replace(e, file=short_path(e.file, str(self.config.rootpath)))
-                for e in report.breaks
-            ),
+            breaks=tuple(self._shown(event) for event in report.breaks),
+            recompile_reasons=tuple(report.recompile_reasons),
+            gemms=report.gemms(),
         )
         item.stash[RECORD_KEY] = record
         item.user_properties.extend(junit_properties(record))
@@ -223,6 +236,16 @@ class NobreakSession:
             item.add_report_section("call", "nobreak", message)
             return
         pytest.fail(message, pytrace=False)
+
+    def _shown(self, event: BreakEvent) -> BreakEvent:
+        """The event as reports show it: its path relative to the rootdir, and the source lines
+        around its line read now, while the file is at hand (a merged report is rendered on
+        another machine)."""
+        root = str(self.config.rootpath)
+        start, lines = source_context(event.file, event.line, root)
+        return dataclasses.replace(
+            event, file=short_path(event.file, root), context=lines, context_start=start
+        )
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
@@ -244,13 +267,7 @@ class NobreakSession:
         outcome: str = report.outcome
         if hasattr(report, "wasxfail"):
             outcome = "xfailed" if report.skipped else "xpassed"
-        self.records[report.nodeid] = TestRecord(
-            nodeid=record.nodeid,
-            outcome=outcome,
-            marked=record.marked,
-            figures=record.figures,
-            breaks=record.breaks,
-        )
+        self.records[report.nodeid] = dataclasses.replace(record, outcome=outcome)
         if getattr(report, COMPLETE_ATTR, False):
             self.complete.add(report.nodeid)
         else:  # a rerun that broke off: its earlier, complete figures are not this run's

@@ -6,6 +6,10 @@ A suite split across CI jobs (a GitHub Actions matrix with pytest-split's ``--sp
 
     python -m pytest_nobreak merge all.json shard-*.json
     python -m pytest_nobreak merge all.json shard-*.json --update-baseline nobreak-baseline.json
+    python -m pytest_nobreak merge all.json shard-*.json --html report.html
+
+The page is the one ``--nobreak-html`` draws for the whole run (the same bytes, for the same
+tests and baseline).
 
 Shards of one run hold disjoint tests, so a test in two shards is a conflict unless both
 entries are the same (a shard uploaded twice), and reports of different configurations (torch
@@ -23,13 +27,20 @@ from pathlib import Path
 from typing import Any
 
 from pytest_nobreak.atomic import write_atomic
-from pytest_nobreak.baseline import BaselineError, dump_baseline, load_baseline, updated
+from pytest_nobreak.baseline import (
+    BaselineError,
+    compare,
+    dump_baseline,
+    load_baseline,
+    updated,
+)
 from pytest_nobreak.json_report import (
     CONFIGURATION,
     ReportError,
     TestRecord,
     describe,
     dump_report,
+    merge_sections,
     read_input,
 )
 
@@ -70,6 +81,7 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
                 )
             merged["tests"][nodeid] = entry
             owner.setdefault(nodeid, shown)
+        merged.update(merge_sections(merged, document))
     assert merged is not None
     return merged
 
@@ -92,13 +104,51 @@ def baseline_of(report: Mapping[str, Any], baseline_path: str | os.PathLike[str]
     return dump_baseline(updated(baseline, results, report["torch"], report.get("asic_sim")))
 
 
+def html_of(report: Mapping[str, Any], baseline_path: str | os.PathLike[str] | None) -> str:
+    """The HTML page of the merged report, its tests compared with the baseline at
+    ``baseline_path`` if given (a missing file: every test is new), as the unsharded run's
+    ``--nobreak-html`` page shows them."""
+    from pytest_nobreak.html_report import render_html
+
+    comparison = None
+    if baseline_path is not None:
+        try:
+            baseline = load_baseline(baseline_path)
+        except BaselineError as exc:
+            raise MergeError(str(exc)) from None
+        try:
+            results = {
+                nodeid: TestRecord.from_json(nodeid, entry).figures
+                for nodeid, entry in report["tests"].items()
+                if entry.get("complete", True)
+            }
+        except ValueError as exc:
+            raise MergeError(f"the merged report: {exc}") from None
+        comparison = compare(
+            baseline,
+            results,
+            strict=False,
+            torch=report["torch"],
+            asic_sim=report.get("asic_sim"),
+        )
+    try:
+        return render_html(
+            report,
+            comparison=comparison,
+            baseline=os.fspath(baseline_path) if baseline_path is not None else None,
+        )
+    except ValueError as exc:
+        raise MergeError(f"the merged report: {exc}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m pytest_nobreak merge OUTPUT SHARD... [--update-baseline PATH]``"""
+    """``python -m pytest_nobreak merge OUTPUT SHARD... [--update-baseline PATH] [--html PATH]``"""
     parser = argparse.ArgumentParser(
         prog="python -m pytest_nobreak",
         description="Combine the results of a sharded pytest-nobreak run.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("zoo", help="write the model-zoo table from a --nobreak-model report")
     merge = commands.add_parser(
         "merge",
         help="merge the --nobreak-json reports of a run's shards into one",
@@ -113,6 +163,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="PATH",
         help="the baseline file to update with the merged tests (created if missing)",
     )
+    merge.add_argument(
+        "--html",
+        metavar="PATH",
+        help="also write the run's HTML report (as --nobreak-html draws it) to PATH",
+    )
+    merge.add_argument(
+        "--baseline",
+        metavar="PATH",
+        help="compare the HTML report's tests with this baseline (default: the one "
+        "--update-baseline updates, as it was before)",
+    )
     args = parser.parse_args(argv)
     try:
         report = merge_shards(args.shards)
@@ -120,11 +181,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         # No test ran: an unsharded update writes nothing either (the header would change).
         if args.update_baseline is not None and report["tests"]:
             baseline = baseline_of(report, args.update_baseline)
-        # Both are made before either is written; the baseline first, so a failed write never
+        page = None
+        if args.html is not None:
+            page = html_of(report, args.baseline or args.update_baseline)
+        # All are made before any is written; the baseline first, so a failed write never
         # leaves a new report beside an old baseline.
         if baseline is not None:
             write_atomic(args.update_baseline, baseline)
         write_atomic(args.output, dump_report(report))
+        if page is not None:
+            write_atomic(args.html, page)
     except MergeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -136,6 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     tests = len(report["tests"])
     print(f"merged {len(args.shards)} shard reports ({tests} tests) into {args.output}")
+    if page is not None:
+        print(f"HTML report written to {args.html}")
     if baseline is not None:
         kept = sum(1 for e in report["tests"].values() if e.get("complete", True))
         print(f"baseline {Path(args.update_baseline)} updated with {kept} tests")

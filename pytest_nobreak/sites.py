@@ -99,6 +99,27 @@ def source_line(file: str | None, line: int | None) -> str | None:
     return text or None
 
 
+#: Lines shown above and below the user's line in the HTML report.
+CONTEXT_LINES = 3
+
+
+def source_context(
+    file: str | None, line: int | None, root: str, around: int = CONTEXT_LINES
+) -> tuple[int | None, tuple[str, ...]]:
+    """``(first line number, lines)`` of ``file`` around ``line`` (``around`` either side), with
+    their indentation; ``(None, ())`` if the file cannot be read. A relative ``file`` is taken
+    from ``root``."""
+    if not file or not line or file.startswith("<"):
+        return None, ()
+    path = file if os.path.isabs(file) else os.path.join(root, file)
+    lines = linecache.getlines(path)
+    if not 0 < line <= len(lines):
+        return None, ()
+    start = max(line - around, 1)
+    end = min(line + around, len(lines))
+    return start, tuple(text.rstrip("\r\n") for text in lines[start - 1 : end])
+
+
 # --------------------------------------------------------------------------- classification
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 MODELS = '''
@@ -127,3 +129,21 @@ class Models:
 @pytest.fixture
 def models(pytester: pytest.Pytester) -> Models:
     return Models(pytester)
+
+
+#: What a JSON break carries for the HTML report only (the lines around the user's line, its
+#: source, Dynamo's hints and docs link): tests of the gating figures compare the rest.
+HTML_ONLY_KEYS = ("source", "hints", "link", "context")
+
+
+def without_html_details(entry: dict[str, Any]) -> dict[str, Any]:
+    """A JSON report's test entry with its breaks' HTML-only keys left out."""
+    breaks = []
+    for event in entry["breaks"]:
+        event = {k: v for k, v in event.items() if k not in HTML_ONLY_KEYS}
+        if "call_sites" in event:
+            event["call_sites"] = [
+                {k: v for k, v in site.items() if k != "source"} for site in event["call_sites"]
+            ]
+        breaks.append(event)
+    return {**entry, "breaks": breaks}

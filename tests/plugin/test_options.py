@@ -12,7 +12,7 @@ import pytest
 
 from pytest_nobreak.config import OPTIONS, NobreakConfig
 from pytest_nobreak.fixes import fix_for
-from tests.plugin.conftest import Models
+from tests.plugin.conftest import Models, without_html_details
 
 QUIET = ("-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning")
 
@@ -340,6 +340,7 @@ INI_CASES = [
     ("nobreak_all", "true", "watch_all", True),
     ("nobreak_unmarked", "fail", "fail_unmarked", True),
     ("nobreak_json", "out/r.json", "json_path", "<root>/out/r.json"),
+    ("nobreak_html", "out/r.html", "html_path", "<root>/out/r.html"),
     ("nobreak_baseline", "b.json", "baseline_path", "<root>/b.json"),
     ("nobreak_strict", "true", "strict", True),
     # The spellings the ASIC keys had first.
@@ -444,8 +445,8 @@ def test_an_ini_device_file_is_relative_to_the_rootdir(
             [
                 "ERROR: ini key asic_bakend is not a pytest-nobreak setting (did you mean "
                 "asic_backend?); known keys: asic_backend, asic_device, asic_roofline, "
-                "nobreak_backend, nobreak_all, nobreak_unmarked, nobreak_json, nobreak_baseline, "
-                "nobreak_strict",
+                "nobreak_backend, nobreak_all, nobreak_unmarked, nobreak_json, nobreak_html, "
+                "nobreak_baseline, nobreak_strict",
                 "ERROR: ini key nobreak_jsn is not a pytest-nobreak setting (did you mean "
                 "nobreak_json?); known keys: *",
             ],
@@ -509,7 +510,7 @@ def test_json_report_has_every_watched_test(models: Models) -> None:
     assert report["version"] == 1
     assert report["torch"] == torch_release()
     assert report["backend"] == "inductor"
-    marked = report["tests"]["test_json.py::test_marked_break"]
+    marked = without_html_details(report["tests"]["test_json.py::test_marked_break"])
     assert marked == {
         "outcome": "failed",
         "marked": True,

@@ -19,7 +19,7 @@ import pytest
 
 from pytest_nobreak.fixes import fix_for
 from pytest_nobreak.reporting import sim_version
-from tests.plugin.conftest import Models
+from tests.plugin.conftest import Models, without_html_details
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
@@ -245,6 +245,14 @@ def test_json_report_and_junit_properties(models: Models) -> None:
     for entry in tests.values():
         assert set(entry) == CORE_KEYS  # no "asic" key: no test reached the simulator
     figures = {"eager_frames": 0, "recompiles": 0}
+    branch = tests["test_suite.py::test_branch"]["breaks"][0]
+    # What the HTML report shows of the user's line: its text, and the lines around it.
+    assert branch["source"] == "if x.sum() > 0:  # LINE:branch"
+    start, lines = branch["context"]["start"], branch["context"]["lines"]
+    assert lines[models.line("branch") - start].strip() == branch["source"]
+    assert branch["link"].startswith("https://")
+    assert branch["hints"]
+    tests = {nodeid: without_html_details(entry) for nodeid, entry in tests.items()}
     assert tests["test_suite.py::test_branch"] == {
         "outcome": "failed",
         "marked": True,
@@ -317,9 +325,16 @@ def test_asic_figures_in_the_json_and_the_baseline(models: Models) -> None:
     assert document["backend"] == "asic"
     assert document["device"] == "gemmini"
     entry = document["tests"]["test_suite.py::test_linear"]
-    assert set(entry) == {*CORE_KEYS, "asic"}
+    assert set(entry) == {*CORE_KEYS, "asic", "gemms"}
     assert set(entry["asic"]) == {"dut_ops", "host_fallbacks", "macs", "host_macs", "cycles"}
     assert entry["asic"]["dut_ops"] == 2
+    # Each DUT GEMM shape once, with its calls, for the HTML report's families and roofline.
+    shapes = [(g["family"], g["m"], g["k"], g["n"], g["calls"]) for g in entry["gemms"]]
+    assert shapes == [("matmul", 2, 8, 16, 1), ("matmul", 2, 16, 4, 1)]
+    assert {g["device"] for g in entry["gemms"]} == {"gemmini"}
+    assert sum(g["macs"] * g["calls"] for g in entry["gemms"]) == entry["asic"]["macs"]
+    assert sum(g["cycles"] * g["calls"] for g in entry["gemms"]) == entry["asic"]["cycles"]
+    assert document["roofs"]["gemmini"]["peak_ops_per_s"] == 2 * 16 * 16 * 1e9
     assert entry["asic"]["host_fallbacks"] == 0
     assert entry["asic"]["macs"] == 2 * 8 * 16 + 2 * 16 * 4
     assert entry["asic"]["host_macs"] == 0
@@ -613,7 +628,12 @@ def test_the_ci_guide_workflow_and_options_are_real() -> None:
     assert "--nobreak-json shard-${{ matrix.group }}.json" in shard_runs
     assert jobs["merge"]["needs"] == "shard"
     merge_runs = " ".join(step.get("run", "") for step in jobs["merge"]["steps"])
-    assert "python -m pytest_nobreak merge nobreak.json shard-*.json $update" in merge_runs
+    merge = "python -m pytest_nobreak merge nobreak.json shard-*.json --html nobreak.html $update"
+    assert merge in merge_runs
+    uploaded = [
+        s["with"]["path"] for s in jobs["merge"]["steps"] if "upload-artifact" in s.get("uses", "")
+    ]
+    assert uploaded[0].split() == ["nobreak.json", "nobreak.html", "tests/nobreak-baseline.json"]
 
     flags = {option.flag for option in OPTIONS} | {"--no-nobreak-strict"}
     inis = {option.ini for option in OPTIONS if option.ini}

@@ -70,7 +70,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("whole.json", "sharded.json"):
         (path / name).write_text(json.dumps(start, indent=2, sort_keys=True) + "\n")
     whole = pytest_run(
-        path, "--nobreak-json", "full.json",
+        path, "--nobreak-json", "full.json", "--nobreak-html", "full.html",
         "--nobreak-baseline", "whole.json", "--nobreak-update-baseline",
     )  # fmt: skip
     assert whole.returncode == 1, whole.stdout[-2000:]  # two tests fail; the update is written
@@ -98,12 +98,21 @@ def test_the_shards_hold_the_suite_between_them(runs: Path) -> None:
 
 
 def test_merge_gives_the_unsharded_report_and_baseline_bytes(runs: Path) -> None:
-    done = merge(runs, "all.json", "s1.json", "s2.json", "--update-baseline", "sharded.json")
+    done = merge(
+        runs, "all.json", "s1.json", "s2.json", "--update-baseline", "sharded.json",
+        "--html", "all.html",
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "merged 2 shard reports (5 tests) into all.json",
+        "HTML report written to all.html",
         "baseline sharded.json updated with 4 tests",
     ]
+    # The page the unsharded run drew, compared with the baseline as it was before the update
+    # (a copy of it, under another name).
+    page = (runs / "all.html").read_text().replace("sharded.json", "whole.json")
+    assert page == (runs / "full.html").read_text()
+    assert "test_suite.py::test_breaks" in page
     merged, whole = (json.loads((runs / n).read_text()) for n in ("all.json", "full.json"))
     assert merged == whole
     # The test that raised half-way is in the report, marked incomplete, and not in a baseline.

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_nobreak.events import BreakEvent, CallSite, ChainLink, Figures, OtherSite
+from pytest_nobreak.events import BreakEvent, CallSite, ChainLink, Figures, GemmRecord, OtherSite
 from pytest_nobreak.fixes import fix_for
 from pytest_nobreak.json_report import (
     ReportError,
@@ -116,18 +116,32 @@ def test_records_survive_the_trip_from_an_xdist_worker_as_plain_json() -> None:
         assert TestRecord.from_json(record.nodeid, shipped) == record
 
 
-def test_the_round_trip_drops_only_what_the_report_does_not_carry() -> None:
+def test_the_round_trip_keeps_what_the_html_report_shows() -> None:
     rich = BreakEvent(
         kind="graph_break",
         gb_type="Data-dependent branching",
+        gb_id="GB0170",
+        file="m.py",
+        line=5,
         source="if x.sum() > 0:",
         hints=("use torch.cond",),
         link="https://example.invalid/gb0170",
+        call_sites=(CallSite("t.py", 9, "f(x)"),),
+        context=("def f(x):", "    x = x * 2", "    if x.sum() > 0:"),
+        context_start=3,
     )
-    record = TestRecord("t", "passed", False, Figures(graphs=2, graph_breaks=1), (rich,))
-    back = TestRecord.from_json("t", record.to_json())
-    assert back.breaks == (BreakEvent(kind="graph_break", gb_type="Data-dependent branching"),)
-    assert back.figures == record.figures
+    gemm = GemmRecord("default", "conv", 4, 27, 8, 2, 864, 300, 0.1, 0.2, 0.3, 1.5, 2e9, "memory")
+    record = TestRecord(
+        "t",
+        "passed",
+        False,
+        Figures(graphs=2, graph_breaks=1, recompiles=1),
+        (rich,),
+        recompile_reasons=("tensor 'x' size mismatch at index 0. expected 2, actual 3",),
+        gemms=(gemm,),
+    )
+    back = TestRecord.from_json("t", json.loads(json.dumps(record.to_json())))
+    assert back == record
 
     host = BreakEvent(
         kind="host_fallback",

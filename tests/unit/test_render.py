@@ -259,7 +259,7 @@ def test_the_json_of_an_event_adds_its_chain_call_sites_and_library_only_when_se
     back = tuple(ChainLink.from_label(label) for label in data["chain"])
     assert [link.gb_id for link in back] == ["GB0025", None]
     assert [link.label for link in back] == data["chain"]
-    assert data["call_sites"] == [{"file": "m.py", "line": 20}]
+    assert data["call_sites"] == [{"file": "m.py", "line": 20, "source": "r.a = 1"}]
     assert data["library"] == "os (<frozen os>:685, in __setitem__)"
     assert set(BRANCH.to_json()) == {"kind", "gb_id", "gb_type", "file", "line", "reason", "fix"}
     unknown = dataclasses.replace(BRANCH, gb_id="GB9999", fix=None)

@@ -1,0 +1,815 @@
+"""The ``--nobreak-html`` report: one self-contained page (inline CSS, JS and SVG, no network).
+
+Rendered from the JSON report document (:mod:`pytest_nobreak.json_report`), so a pytest run and
+``python -m pytest_nobreak merge --html`` draw the same page from the same data. Pure: no
+pytest, no torch.
+
+Everything that comes from the run (test ids, paths, source lines, reasons, hints) is put in the
+page through :func:`html.escape` only, as text or as a quoted attribute, and the page's script
+reads nothing but ``data-`` attributes and its own URL fragment: no run data is ever inside a
+``<script>`` or parsed as HTML. The script sorts and filters the table, opens a test's details
+and keeps that state in the fragment (``#outcome=failed&has=breaks&sort=cycles-``), so a link
+names a view.
+
+>>> page = render_html({"version": 1, "torch": "2.13.0", "backend": "eager", "device": "",
+...                     "tests": {}})
+>>> page.startswith("<!DOCTYPE html>")
+True
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import dataclasses
+import hashlib
+import html
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from pytest_nobreak.atomic import write_atomic
+from pytest_nobreak.baseline import Change, Comparison
+from pytest_nobreak.events import (
+    OP_FAMILIES,
+    BreakEvent,
+    GemmRecord,
+    op_family,
+)
+from pytest_nobreak.json_report import ROOFS_KEY, TestRecord
+from pytest_nobreak.render import KIND_LABELS, event_line, host_fallback_summary, percent
+
+__all__ = ["HtmlReportError", "check_html_path", "render_html", "write_html"]
+
+#: In every page's head: how a path that holds one of our pages is told from any other file.
+GENERATOR = '<meta name="generator" content="pytest-nobreak">'
+
+TITLE = "pytest-nobreak compile report"
+#: The table's figure columns: (key in the row's data, header, tooltip).
+_COLUMNS = (
+    ("graphs", "graphs", "graphs compiled"),
+    ("graph_breaks", "breaks", "graph breaks"),
+    ("eager_frames", "eager", "frames that ran eagerly"),
+    ("recompiles", "recomp", "recompiles"),
+    ("dut_ops", "dut ops", "GEMMs run on the DUT"),
+    ("host_fallbacks", "host", "matmul-class calls that ran on the host"),
+    ("dut_share", "dut%", "share of the test's MACs that ran on the DUT"),
+    ("cycles", "cycles", "DUT cycles"),
+    ("utilization", "util", "MACs / (array size x cycles), over the test's DUT GEMMs"),
+)
+#: The "has ..." filters: (name, label).
+_FLAGS = (
+    ("breaks", "breaks"),
+    ("host", "host fallbacks"),
+    ("recompiles", "recompiles"),
+    ("regressed", "regressions"),
+)
+
+
+def render_html(
+    document: Mapping[str, Any],
+    *,
+    comparison: Comparison | None = None,
+    baseline: str | None = None,
+    title: str = TITLE,
+) -> str:
+    """The page for a JSON report ``document``.
+
+    ``comparison`` is the run's comparison with the baseline file ``baseline`` (a path, as
+    shown); without it the page has no baseline column. Raises ``ValueError`` for a malformed
+    document entry.
+    """
+    records = [TestRecord.from_json(nodeid, entry) for nodeid, entry in document["tests"].items()]
+    records.sort(key=lambda r: r.nodeid)
+    changes = comparison.by_test() if comparison is not None else {}
+    regressions = {c.nodeid for c in comparison.regressions} if comparison is not None else set()
+    missing = set(comparison.missing) if comparison is not None else set()
+    rows = [
+        _Row.of(record, changes.get(record.nodeid, ()), record.nodeid in regressions)
+        for record in records
+    ]
+    asic = any(r.record.figures.dut_ops is not None for r in rows)
+    body = [
+        _header(document, rows, comparison, baseline, title),
+        _controls(rows),
+        _table(rows, asic=asic, baselined=comparison is not None, missing=missing),
+        _host_summary(rows),
+        _roofline(document, rows),
+    ]
+    return _PAGE.format(
+        generator=GENERATOR,
+        title=_text(title),
+        style=_STYLE,
+        body="\n".join(part for part in body if part),
+        script=_SCRIPT,
+        script_hash=_SCRIPT_HASH,
+    )
+
+
+# --------------------------------------------------------------------------- one test
+
+
+@dataclasses.dataclass(frozen=True)
+class _Row:
+    record: TestRecord
+    changes: tuple[Change, ...]
+    regressed: bool
+
+    @classmethod
+    def of(cls, record: TestRecord, changes: Sequence[Change], regressed: bool) -> _Row:
+        return cls(record, tuple(changes), regressed)
+
+    @property
+    def host_events(self) -> list[BreakEvent]:
+        return [e for e in self.record.breaks if e.kind == "host_fallback"]
+
+    @property
+    def utilization(self) -> float | None:
+        """The cycle-weighted mean of the GEMMs' utilization (the test's MACs over what the
+        array could have done in its cycles, on one device)."""
+        weight = sum(g.cycles * g.calls for g in self.record.gemms)
+        if not weight:
+            return None
+        return sum(g.utilization * g.cycles * g.calls for g in self.record.gemms) / weight
+
+    def flags(self) -> list[str]:
+        out = []
+        figures = self.record.figures
+        if (
+            figures.graph_breaks
+            or figures.eager_frames
+            or any(e.kind != "host_fallback" for e in self.record.breaks)
+        ):
+            out.append("breaks")
+        if self.host_events or self.record.figures.host_fallbacks:
+            out.append("host")
+        if self.record.figures.recompiles:
+            out.append("recompiles")
+        if self.regressed:
+            out.append("regressed")
+        return out
+
+    def has_details(self) -> bool:
+        return bool(self.record.breaks or self.record.recompile_reasons or self.record.gemms)
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def _header(
+    document: Mapping[str, Any],
+    rows: Sequence[_Row],
+    comparison: Comparison | None,
+    baseline: str | None,
+    title: str,
+) -> str:
+    outcomes = collections.Counter(r.record.outcome for r in rows)
+    facts = [
+        ("torch", document.get("torch") or "?"),
+        ("backend", document.get("backend") or "?"),
+        ("device", document.get("device") or "-"),
+    ]
+    if document.get("asic_sim"):
+        facts.append(("simulator", f"v{document['asic_sim']}"))
+    facts.append(("baseline", baseline or "none"))
+    counts = [f"{len(rows)} watched tests"]
+    counts += [f"{n} {outcome}" for outcome, n in sorted(outcomes.items())]
+    if comparison is not None:
+        regressed = len({c.nodeid for c in comparison.regressions})
+        counts.append(f"{regressed} regressed")
+        if comparison.missing:
+            counts.append(f"{len(comparison.missing)} not in the baseline")
+        if comparison.version_mismatch:
+            counts.append(f"baseline from {comparison.version_mismatch}: regressions do not fail")
+    with_breaks = sum(1 for r in rows if "breaks" in r.flags())
+    with_host = sum(1 for r in rows if "host" in r.flags())
+    counts += [f"{with_breaks} with breaks", f"{with_host} with host fallbacks"]
+    dl = "".join(f"<div><dt>{_text(k)}</dt><dd>{_text(v)}</dd></div>" for k, v in facts)
+    return (
+        f"<header><h1>{_text(title)}</h1><dl class='facts'>{dl}</dl>"
+        f"<p class='counts' id='counts'>{_text(' · '.join(counts))}</p></header>"
+    )
+
+
+def _controls(rows: Sequence[_Row]) -> str:
+    outcomes = sorted({r.record.outcome for r in rows})
+    options = "".join(f"<option value={_attr(o)}>{_text(o)}</option>" for o in outcomes)
+    flags = "".join(
+        f"<label><input type='checkbox' name='has' value={_attr(name)}> has {_text(label)}</label>"
+        for name, label in _FLAGS
+    )
+    return (
+        "<form id='filters' class='filters'>"
+        "<label>test <input type='search' id='q' placeholder='part of a test id'></label>"
+        f"<label>outcome <select id='outcome'><option value=''>any</option>{options}"
+        f"</select></label>{flags}"
+        "<button type='button' id='expand'>open all</button>"
+        f"<span id='shown'>{len(rows)} of {len(rows)} tests</span></form>"
+    )
+
+
+def _table(rows: Sequence[_Row], *, asic: bool, baselined: bool, missing: set[str]) -> str:
+    columns = [c for c in _COLUMNS if asic or c[0] in _CORE]
+    head = ["<th data-key='nodeid' data-type='text' aria-sort='ascending'>test</th>"]
+    head += [
+        f"<th data-key={_attr(key)} data-type='num' title={_attr(tip)}>{_text(label)}</th>"
+        for key, label, tip in columns
+    ]
+    head.append("<th data-key='outcome' data-type='text'>outcome</th>")
+    if baselined:
+        head.append(
+            "<th data-key='change' data-type='num' title='against the baseline'>change</th>"
+        )
+    width = len(head)
+    bodies = [_tbody(row, columns, width, baselined, row.record.nodeid in missing) for row in rows]
+    return (
+        "<table id='tests'><thead><tr>"
+        + "".join(head)
+        + "</tr></thead>\n"
+        + "\n".join(bodies)
+        + "\n</table>"
+        + ("" if rows else "<p class='empty'>No watched test ran.</p>")
+    )
+
+
+_CORE = ("graphs", "graph_breaks", "eager_frames", "recompiles")
+
+
+def _tbody(
+    row: _Row,
+    columns: Sequence[tuple[str, str, str]],
+    width: int,
+    baselined: bool,
+    missing: bool,
+) -> str:
+    record = row.record
+    figures = record.figures.as_dict()
+    data = {
+        "nodeid": record.nodeid,
+        "outcome": record.outcome,
+        "flags": " ".join(row.flags()),
+    }
+    cells = []
+    for key, _, _ in columns:
+        value: float | int | None
+        if key == "dut_share":
+            value = record.figures.dut_share
+            shown = "-" if value is None else percent(value)
+        elif key == "utilization":
+            value = row.utilization
+            shown = "-" if value is None else percent(value)
+        else:
+            value = figures.get(key)
+            shown = "-" if value is None else f"{value:,}"
+        data[key] = "" if value is None else repr(value)
+        cells.append(f"<td class='num'>{_text(shown)}</td>")
+    klass = _outcome_class(record.outcome)
+    cells.append(f"<td class='outcome {klass}'>{_text(record.outcome)}</td>")
+    if baselined:  # the columns' order is the header's
+        data["change"] = str(2 if row.regressed else 1 if row.changes else 0)
+        cells.append(f"<td class='change'>{_change_cell(row, missing)}</td>")
+    attrs = " ".join(f"data-{k}={_attr(v)}" for k, v in data.items())
+    toggle = (
+        f"<button type='button' class='open' aria-expanded='false'>{_text(record.nodeid)}</button>"
+        if row.has_details()
+        else f"<span class='id'>{_text(record.nodeid)}</span>"
+    )
+    main = f"<tr class='test'><td class='nodeid'>{toggle}</td>{''.join(cells)}</tr>"
+    detail = ""
+    if row.has_details():
+        detail = f"<tr class='detail' hidden><td colspan='{width}'>{_details(row)}</td></tr>"
+    return f"<tbody {attrs}>{main}{detail}</tbody>"
+
+
+def _change_cell(row: _Row, missing: bool) -> str:
+    if missing:
+        return "<span class='new'>not in baseline</span>"
+    if not row.changes:
+        return "<span class='same'>=</span>"
+    parts = []
+    for change in row.changes:
+        klass = "worse" if change.is_regression and row.regressed else "better"
+        text = change.describe().replace(" -> ", " → ")
+        parts.append(f"<span class={_attr(klass)}>{_text(text)}</span>")
+    return "<br>".join(parts)
+
+
+def _details(row: _Row) -> str:
+    record = row.record
+    out = []
+    if record.gemms or row.host_events:
+        out.append(_dut_section(row))
+    problems = [e for e in record.breaks if e.kind != "host_fallback"]
+    if problems:
+        out.append("<h3>Breaks</h3>" + "".join(_event(e) for e in problems))
+    if row.host_events:
+        out.append("<h3>Host fallbacks</h3>" + _host_table(row.host_events))
+        out.append("".join(_event(e) for e in row.host_events))
+    if record.recompile_reasons:
+        items = "".join(f"<li><code>{_text(r)}</code></li>" for r in record.recompile_reasons)
+        out.append(f"<h3>Recompiles</h3><ol class='reasons'>{items}</ol>")
+    return "".join(out)
+
+
+def _dut_section(row: _Row) -> str:
+    figures = row.record.figures
+    facts = []
+    if figures.cycles is not None:
+        facts.append(f"{figures.cycles:,} cycles")
+    if row.utilization is not None:
+        facts.append(f"utilization {percent(row.utilization)}")
+    if figures.dut_share is not None:
+        facts.append(f"{percent(figures.dut_share)} of the MACs on the DUT")
+    bars = _family_bars(row.record.gemms, row.host_events)
+    gemms = _gemm_table(row.record.gemms) if row.record.gemms else ""
+    return f"<h3>On the DUT</h3><p>{_text(', '.join(facts))}</p>{bars}{gemms}"
+
+
+def _family_bars(gemms: Iterable[GemmRecord], host: Iterable[BreakEvent]) -> str:
+    """One bar per op family: the share of its MACs that ran on the DUT (green) and on the
+    host (red)."""
+    dut: collections.Counter[str] = collections.Counter()
+    off: collections.Counter[str] = collections.Counter()
+    for gemm in gemms:
+        dut[gemm.family] += gemm.macs * gemm.calls
+    for event in host:
+        off[op_family(event.title)] += event.macs or 0
+    rows = []
+    for family in (*OP_FAMILIES, *sorted(set(dut) - set(OP_FAMILIES))):
+        total = dut[family] + off[family]
+        if not total:
+            continue
+        share = dut[family] / total
+        label = f"{family}: {percent(share)} on the DUT"
+        if off[family]:
+            label += f", {off[family]:,} host MACs"
+        rows.append(
+            f"<div class='bar' role='img' aria-label={_attr(label)} data-family={_attr(family)}"
+            f" data-share={_attr(repr(share))}>"
+            f"<span class='family'>{_text(family)}</span><span class='track'>"
+            f"<span class='dut' style='width:{share * 100:.2f}%'></span></span>"
+            f"<span class='label'>{_text(label)}</span></div>"
+        )
+    return "<div class='bars'>" + "".join(rows) + "</div>" if rows else ""
+
+
+def _gemm_table(gemms: Sequence[GemmRecord]) -> str:
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in (
+            "device",
+            "family",
+            "m×k×n",
+            "calls",
+            "cycles",
+            "util",
+            "mapping",
+            "compute",
+            "bound",
+        )
+    )
+    rows = []
+    for g in sorted(gemms, key=lambda g: -g.macs * g.calls):
+        cells = (
+            g.device,
+            g.family,
+            f"{g.m}×{g.k}×{g.n}",
+            f"{g.calls:,}",
+            f"{g.cycles:,}",
+            percent(g.utilization),
+            percent(g.mapping_efficiency),
+            percent(g.compute_utilization),
+            g.bound,
+        )
+        rows.append("<tr>" + "".join(f"<td>{_text(c)}</td>" for c in cells) + "</tr>")
+    return (
+        f"<table class='gemms'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _host_table(events: Sequence[BreakEvent]) -> str:
+    """Host fallbacks grouped by op: calls, host MACs and reasons."""
+    groups: dict[str, list[BreakEvent]] = {}
+    for event in events:
+        groups.setdefault(event.title, []).append(event)
+    rows = []
+    for op, group in sorted(groups.items(), key=lambda kv: -sum(e.macs or 0 for e in kv[1])):
+        calls = sum(e.calls or 1 for e in group)
+        macs = sum(e.macs or 0 for e in group)
+        reasons = "; ".join(dict.fromkeys(e.reason for e in group))
+        rows.append(
+            f"<tr><td><code>{_text(op)}</code></td><td class='num'>{calls:,}</td>"
+            f"<td class='num'>{macs:,}</td><td>{_text(reasons)}</td></tr>"
+        )
+    return (
+        "<table class='host'><thead><tr><th>op</th><th>calls</th><th>host MACs</th>"
+        f"<th>why</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _event(event: BreakEvent) -> str:
+    parts = [f"<div class='event {_attr_class(event.kind)}'>"]
+    parts.append(f"<p class='what'>{_text(event_line(event))}</p>")
+    if event.reason:
+        parts.append(f"<p class='reason'>{_text(event.reason)}</p>")
+    parts.append(_source(event))
+    if event.call_sites:
+        sites = "".join(
+            f"<li><code>{_text(_where(s.file, s.line))}</code>"
+            + (f" <code class='src'>{_text(s.source)}</code>" if s.source else "")
+            + "</li>"
+            for s in event.call_sites
+        )
+        parts.append(f"<p class='label'>called from</p><ul class='sites'>{sites}</ul>")
+    if event.also_at:
+        also = ", ".join(_where(s.file, s.line) for s in event.also_at)
+        parts.append(f"<p class='also'>also at {_text(also)}</p>")
+    if event.kind == "host_fallback":
+        summary = host_fallback_summary(event)
+        if event.detail:
+            summary += f"; first call {event.detail}"
+        parts.append(f"<p class='cost'>{_text(summary)}</p>")
+    if event.library:
+        parts.append(f"<p class='library'>inside {_text(event.library)}</p>")
+    if event.hints:
+        hints = "".join(f"<li>{_text(h)}</li>" for h in event.hints)
+        parts.append(f"<p class='label'>hints</p><ul class='hints'>{hints}</ul>")
+    if event.fix:
+        parts.append(f"<p class='label'>fix</p><pre class='fix'>{_text(event.fix)}</pre>")
+    if event.link and _is_web_link(event.link):
+        parts.append(
+            f"<p class='docs'><a href={_attr(event.link)} rel='noopener noreferrer'>"
+            f"{_text(event.link)}</a></p>"
+        )
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _source(event: BreakEvent) -> str:
+    """The lines around the user's line, numbered, with that line marked; its text alone when
+    the lines were not read."""
+    if event.context and event.context_start is not None:
+        lines = []
+        for number, text in enumerate(event.context, event.context_start):
+            mark = number == event.line
+            line = f"<span class='ln'>{number}</span>{_text(text) or ' '}"
+            lines.append(f"<mark>{line}</mark>" if mark else f"<span>{line}</span>")
+        where = _where(event.file, event.line)
+        return (
+            f"<figure class='source'><figcaption>{_text(where)}</figcaption>"
+            # Each line is a block of its own: a newline between them would be a blank line.
+            f"<pre>{''.join(lines)}</pre></figure>"
+        )
+    if event.source:
+        return f"<pre class='source'><mark>{_text(event.source)}</mark></pre>"
+    return ""
+
+
+def _host_summary(rows: Sequence[_Row]) -> str:
+    """The run's host fallbacks by op: which tests, how many calls and MACs."""
+    ops: dict[str, list[tuple[str, BreakEvent]]] = {}
+    for row in rows:
+        for event in row.host_events:
+            ops.setdefault(event.title, []).append((row.record.nodeid, event))
+    if not ops:
+        return ""
+    lines = []
+    for op, seen in sorted(ops.items(), key=lambda kv: -sum(e.macs or 0 for _, e in kv[1])):
+        tests = len({nodeid for nodeid, _ in seen})
+        calls = sum(e.calls or 1 for _, e in seen)
+        macs = sum(e.macs or 0 for _, e in seen)
+        lines.append(
+            f"<tr><td><code>{_text(op)}</code></td><td>{_text(op_family(op))}</td>"
+            f"<td class='num'>{tests}</td><td class='num'>{calls:,}</td>"
+            f"<td class='num'>{macs:,}</td></tr>"
+        )
+    return (
+        "<section id='host-ops'><h2>Host fallbacks by op</h2><table class='host'><thead><tr>"
+        "<th>op</th><th>family</th><th>tests</th><th>calls</th><th>host MACs</th></tr></thead>"
+        f"<tbody>{''.join(lines)}</tbody></table></section>"
+    )
+
+
+def _roofline(document: Mapping[str, Any], rows: Sequence[_Row]) -> str:
+    """The run's distinct DUT GEMMs on the ``--asic-roofline`` chart (the same drawing)."""
+    from pytest_nobreak.roofline import Point, Roof, render_svg
+
+    roofs_data = document.get(ROOFS_KEY) or {}
+    points: dict[tuple[Any, ...], Point] = {}
+    for row in rows:
+        for g in row.record.gemms:
+            if g.device not in roofs_data:
+                continue
+            point = Point(
+                device=g.device,
+                layer=f"{g.family} {g.m}×{g.k}×{g.n}",
+                arithmetic_intensity=g.arithmetic_intensity,
+                attained_ops_per_s=g.attained_ops_per_s,
+                bound="memory" if g.bound == "memory" else "compute",
+                utilization=g.utilization,
+                mapping_efficiency=g.mapping_efficiency,
+                compute_utilization=g.compute_utilization,
+            )
+            points.setdefault((g.device, g.family, g.m, g.k, g.n), point)
+    if not points:
+        return ""
+    roofs = [Roof(key, **fields) for key, fields in sorted(roofs_data.items())]
+    ordered = [points[key] for key in sorted(points)]
+    svg = render_svg(
+        roofs,
+        ordered,
+        subtitle="one point per distinct GEMM the run's tests ran on the DUT",
+    )
+    return f"<section id='roofline'><h2>Roofline</h2><div class='svg'>{svg}</div></section>"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _text(value: object) -> str:
+    return html.escape(str(value), quote=False)
+
+
+def _attr(value: object) -> str:
+    """A quoted attribute value: every quote and angle bracket escaped."""
+    return '"' + html.escape(str(value), quote=True) + '"'
+
+
+def _attr_class(kind: str) -> str:
+    return kind if kind in KIND_LABELS else "other"
+
+
+def _outcome_class(outcome: str) -> str:
+    return outcome if outcome.isalpha() else "other"
+
+
+def _where(file: str | None, line: int | None) -> str:
+    where = file or "<unknown location>"
+    return where if line is None else f"{where}:{line}"
+
+
+def _is_web_link(link: str) -> bool:
+    # A docs link from the run is shown as a link only if it is a web address: a
+    # "javascript:" URL must never become clickable.
+    return urlsplit(link).scheme in ("http", "https")
+
+
+class HtmlReportError(Exception):
+    """The page cannot be written at a path. ``str()`` is one line."""
+
+    def __init__(self, path: str | os.PathLike[str], problem: str) -> None:
+        super().__init__(f"HTML report {os.fspath(path)}: {problem}")
+
+
+def check_html_path(path: str | os.PathLike[str]) -> None:
+    """Raise :class:`HtmlReportError` unless the page can be written at ``path``: not a
+    directory, in a directory this process may write in (missing ones are made at the end),
+    and, if a file is there, a page this plugin wrote (anything else is never clobbered)."""
+    p = Path(path)
+    if p.is_dir():
+        raise HtmlReportError(path, "is a directory; pass the path of a file")
+    if p.exists():
+        try:
+            with p.open("rb") as f:
+                head = f.read(2048)
+        except OSError as exc:
+            raise HtmlReportError(path, f"cannot be read ({exc.strerror or exc})") from None
+        if GENERATOR.encode() not in head:
+            raise HtmlReportError(
+                path, "exists and is not a pytest-nobreak report; delete it or pass another path"
+            )
+        return
+    parent = next(d for d in p.parents if d.exists())
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise HtmlReportError(path, f"cannot write in {parent}; pass another path")
+
+
+def write_html(path: str | os.PathLike[str], page: str) -> None:
+    """Write the page atomically (a reader never sees half a page)."""
+    write_atomic(path, page)
+
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+{generator}
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy"
+ content="default-src 'none'; style-src 'unsafe-inline'; script-src '{script_hash}'">
+<title>{title}</title>
+<style>{style}</style>
+</head>
+<body>
+{body}
+<script>{script}</script>
+</body>
+</html>
+"""
+
+_STYLE = """
+:root { --fg: #1b1f24; --muted: #57606a; --line: #d0d7de; --bad: #cf222e; --good: #1a7f37;
+  --warn: #9a6700; --dut: #2da44e; --host: #e5534b; --mark: #fff8c5; }
+* { box-sizing: border-box; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif;
+  color: var(--fg); margin: 0 24px 48px; }
+h1 { font-size: 22px; margin: 20px 0 8px; }
+h2 { font-size: 18px; margin: 28px 0 8px; }
+h3 { font-size: 14px; margin: 14px 0 6px; }
+.facts { display: flex; flex-wrap: wrap; gap: 4px 24px; margin: 0; }
+.facts div { display: flex; gap: 6px; }
+.facts dt { color: var(--muted); }
+.facts dd { margin: 0; font-weight: 600; }
+.counts { color: var(--muted); }
+.filters { position: sticky; top: 0; background: #fff; padding: 8px 0; display: flex;
+  flex-wrap: wrap; gap: 8px 16px; align-items: center; border-bottom: 1px solid var(--line);
+  z-index: 1; }
+#shown { color: var(--muted); margin-left: auto; }
+table { border-collapse: collapse; }
+#tests { width: 100%; margin-top: 8px; }
+#tests th { position: sticky; top: 42px; background: #f6f8fa; cursor: pointer;
+  text-align: right; padding: 4px 8px; border-bottom: 1px solid var(--line);
+  white-space: nowrap; user-select: none; }
+#tests th[data-key=nodeid], #tests th[data-key=outcome], #tests th[data-key=change] {
+  text-align: left; }
+#tests th[aria-sort=ascending]::after { content: " ▲"; }
+#tests th[aria-sort=descending]::after { content: " ▼"; }
+#tests td { padding: 3px 8px; border-bottom: 1px solid #eaeef2; vertical-align: top; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.nodeid { word-break: break-all; }
+td.change { white-space: nowrap; }
+button.open { all: unset; cursor: pointer; color: #0550ae; }
+button.open::before { content: "▸ "; }
+button.open[aria-expanded=true]::before { content: "▾ "; }
+.outcome.failed, .outcome.error, .worse { color: var(--bad); font-weight: 600; }
+.outcome.passed, .better { color: var(--good); }
+.outcome.xfailed, .outcome.skipped, .new { color: var(--warn); }
+.same { color: var(--muted); }
+tr.detail > td { background: #f6f8fa; padding: 8px 16px 16px; }
+.event { border-left: 3px solid var(--bad); padding: 2px 12px; margin: 8px 0; background: #fff; }
+.event.host_fallback { border-color: var(--host); }
+.event.recompile { border-color: var(--warn); }
+.event .what { font-weight: 600; margin: 6px 0 2px; }
+.event .label { color: var(--muted); margin: 6px 0 2px; font-size: 12px; }
+pre, code { font: 12.5px/1.4 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
+pre { background: #f6f8fa; padding: 6px 10px; overflow-x: auto; margin: 4px 0; }
+pre mark { background: var(--mark); display: block; }
+pre span { display: block; }
+.ln { display: inline !important; color: var(--muted); user-select: none;
+  padding-right: 12px; }
+figure.source { margin: 4px 0; }
+figcaption { color: var(--muted); font-size: 12px; }
+pre.fix { background: #dafbe1; }
+ul.sites, ul.hints { margin: 2px 0; padding-left: 20px; }
+.bars { display: grid; gap: 4px; margin: 6px 0 10px; max-width: 720px; }
+.bar { display: grid; grid-template-columns: 64px 260px 1fr; gap: 8px; align-items: center; }
+.bar .track { display: block; height: 12px; background: var(--host); border-radius: 2px;
+  overflow: hidden; }
+.bar .dut { display: block; height: 100%; background: var(--dut); }
+.bar .label { color: var(--muted); font-size: 12px; }
+table.gemms, table.host { margin: 6px 0; background: #fff; }
+table.gemms th, table.gemms td, table.host th, table.host td { padding: 2px 8px;
+  border-bottom: 1px solid #eaeef2; text-align: left; }
+.svg svg { max-width: 100%; height: auto; }
+.empty { color: var(--muted); }
+"""
+
+# Reads only data- attributes and the URL fragment; writes only text, attributes and the order
+# of the table's row groups. No run data is ever turned into markup here.
+_SCRIPT = r"""
+(function () {
+  "use strict";
+  var start = performance.now();
+  var root = document.documentElement;
+  window.addEventListener("error", function () {
+    root.dataset.jsErrors = String(Number(root.dataset.jsErrors || 0) + 1);
+  });
+  var table = document.getElementById("tests");
+  var groups = Array.prototype.slice.call(table.tBodies);
+  var q = document.getElementById("q");
+  var outcome = document.getElementById("outcome");
+  var boxes = Array.prototype.slice.call(document.querySelectorAll("input[name=has]"));
+  var shown = document.getElementById("shown");
+  var heads = Array.prototype.slice.call(table.tHead.rows[0].cells);
+  var sort = { key: "nodeid", desc: false };
+
+  function checked() {
+    return boxes.filter(function (b) { return b.checked; }).map(function (b) { return b.value; });
+  }
+
+  function state() {
+    var parts = [];
+    if (q.value) parts.push("q=" + encodeURIComponent(q.value));
+    if (outcome.value) parts.push("outcome=" + encodeURIComponent(outcome.value));
+    var has = checked();
+    if (has.length) parts.push("has=" + has.join(","));
+    if (sort.key !== "nodeid" || sort.desc) {
+      parts.push("sort=" + sort.key + (sort.desc ? "-" : ""));
+    }
+    return parts.join("&");
+  }
+
+  function save() {
+    var hash = state();
+    history.replaceState(null, "", hash ? "#" + hash : location.pathname + location.search);
+  }
+
+  function load() {
+    var params = new URLSearchParams(location.hash.slice(1));
+    q.value = params.get("q") || "";
+    var wanted = params.get("outcome") || "";
+    outcome.value = Array.prototype.some.call(outcome.options, function (o) {
+      return o.value === wanted;
+    }) ? wanted : "";
+    var has = (params.get("has") || "").split(",");
+    boxes.forEach(function (b) { b.checked = has.indexOf(b.value) >= 0; });
+    var s = params.get("sort") || "nodeid";
+    var desc = s.slice(-1) === "-";
+    var key = desc ? s.slice(0, -1) : s;
+    var known = heads.some(function (th) { return th.dataset.key === key; });
+    sort = known ? { key: key, desc: desc } : { key: "nodeid", desc: false };
+  }
+
+  function filter() {
+    var text = q.value.toLowerCase();
+    var has = checked();
+    var count = 0;
+    groups.forEach(function (g) {
+      var flags = (g.dataset.flags || "").split(" ");
+      var ok = (!text || g.dataset.nodeid.toLowerCase().indexOf(text) >= 0) &&
+        (!outcome.value || g.dataset.outcome === outcome.value) &&
+        has.every(function (h) { return flags.indexOf(h) >= 0; });
+      g.hidden = !ok;
+      if (ok) count += 1;
+    });
+    shown.textContent = count + " of " + groups.length + " tests";
+  }
+
+  function value(g, th) {
+    var raw = g.dataset[th.dataset.key] || "";
+    if (th.dataset.type === "num") return raw === "" ? -Infinity : Number(raw);
+    return raw;
+  }
+
+  function order() {
+    var th = heads.filter(function (h) { return h.dataset.key === sort.key; })[0];
+    heads.forEach(function (h) { h.removeAttribute("aria-sort"); });
+    th.setAttribute("aria-sort", sort.desc ? "descending" : "ascending");
+    var sign = sort.desc ? -1 : 1;
+    var sorted = groups.slice().sort(function (a, b) {
+      var x = value(a, th), y = value(b, th);
+      if (x < y) return -sign;
+      if (x > y) return sign;
+      return a.dataset.nodeid < b.dataset.nodeid ? -1 : 1;
+    });
+    var frag = document.createDocumentFragment();
+    sorted.forEach(function (g) { frag.appendChild(g); });
+    table.appendChild(frag);
+  }
+
+  function toggle(button, open) {
+    var detail = button.closest("tbody").querySelector("tr.detail");
+    if (!detail) return;
+    detail.hidden = !open;
+    button.setAttribute("aria-expanded", String(open));
+  }
+
+  heads.forEach(function (th) {
+    th.addEventListener("click", function () {
+      var key = th.dataset.key;
+      sort = { key: key, desc: sort.key === key ? !sort.desc : th.dataset.type === "num" };
+      order();
+      save();
+    });
+  });
+  table.addEventListener("click", function (event) {
+    var button = event.target.closest("button.open");
+    if (button) toggle(button, button.getAttribute("aria-expanded") !== "true");
+  });
+  document.getElementById("expand").addEventListener("click", function () {
+    var buttons = table.querySelectorAll(":scope > tbody:not([hidden]) button.open");
+    var open = this.textContent === "open all";
+    Array.prototype.forEach.call(buttons, function (b) { toggle(b, open); });
+    this.textContent = open ? "close all" : "open all";
+  });
+  [q, outcome].concat(boxes).forEach(function (el) {
+    el.addEventListener("input", function () { filter(); save(); });
+  });
+  document.getElementById("filters").addEventListener("submit", function (event) {
+    event.preventDefault();
+  });
+  window.addEventListener("hashchange", function () { load(); filter(); order(); });
+
+  load();
+  filter();
+  order();
+  root.dataset.ready = "1";
+  root.dataset.readyMs = String(Math.round(performance.now() - start));
+})();
+"""
+
+# Only this script may run: the page's policy names its hash, so even markup slipped into the
+# page could not run a script of its own (escaping is the defence; this is the second line).
+_SCRIPT_HASH = "sha256-" + base64.b64encode(hashlib.sha256(_SCRIPT.encode()).digest()).decode()

@@ -1,0 +1,85 @@
+"""``python -m pytest_nobreak zoo REPORT OUTPUT``: the model-zoo table from a JSON report.
+
+The committed ``docs/zoo.md`` must be exactly what the command writes from the committed sweep
+report ``docs/zoo.json``; a small real run checks each kind of row (whole and on the DUT,
+broken, host ops left, not built).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_nobreak.zoo import main, render_zoo
+from tests.plugin.test_model_spec import FACTORIES, QUIET
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_committed_zoo_is_what_the_command_writes() -> None:
+    report = json.loads((ROOT / "docs" / "zoo.json").read_text(encoding="utf-8"))
+    written = (ROOT / "docs" / "zoo.md").read_text(encoding="utf-8")
+    assert written == render_zoo(report), (
+        "docs/zoo.md is not what `python -m pytest_nobreak zoo docs/zoo.json docs/zoo.md` writes"
+    )
+
+
+def test_the_readme_states_the_zoo_counts() -> None:
+    zoo = (ROOT / "docs" / "zoo.md").read_text(encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for line in zoo.splitlines():
+        if line.startswith("- architectures:") or line.startswith("- whole and 100%"):
+            count = line.split("**")[1]
+            assert f"**{count}**" in readme.split("## Checking a model with no test code")[1]
+
+
+def test_a_small_run_gives_each_kind_of_row(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(fac=FACTORIES)
+    monkeypatch.setenv("NB_BREAK", "1")
+    monkeypatch.setattr("pytest_nobreak.hf_models.MAX_PARAMS", 1000)
+    result = pytester.runpytest(
+        *QUIET,
+        *("--nobreak-model", "fac.py:mlp", "--nobreak-model", "fac.py:branchy"),
+        *("--nobreak-model", "fac.py:mixed", "--nobreak-model", "hf:bert"),
+        *("--asic-backend", "-k", "compiles_whole or on_dut", "--nobreak-json", "r.json"),
+    )
+    result.assert_outcomes(passed=3, failed=3, skipped=2)
+    assert main([str(pytester.path / "r.json"), str(pytester.path / "zoo.md")]) == 0
+    lines = (pytester.path / "zoo.md").read_text().splitlines()
+    pytest.LineMatcher(lines).fnmatch_lines(
+        [
+            "- architectures: **4**, built and run eagerly: **3**",
+            "- compile whole (no graph break, no eager fallback): **2**",
+            "- whole and 100% on the DUT, within the int8 bound of fp32: **1**",
+            "Most common reasons for the rest:",
+            "- 1 × break GB0170 (Data-dependent branching)",
+            "- 1 × host ops: linear",
+            "- 1 × not built: still … parameters after shrinking …",
+            "| `fac.py:branchy` | breaks: GB0170 | 0 | 100.0% | none | * | *% |",
+            "| `fac.py:mixed` | whole | 0 | 66.7% | linear | * | *% |",
+            "| `fac.py:mlp` | whole | 0 | 100.0% | none | * | *% |",
+            "| `hf:bert` | not built: still 0M parameters after shrinking (limit 0M) | | | | | |",
+        ]
+    )
+
+
+def test_the_command_runs_as_a_module_and_refuses_a_report_without_models(
+    tmp_path: Path,
+) -> None:
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps({"version": 1, "torch": "2", "backend": "asic", "tests": {}}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest_nobreak", "zoo", str(report), str(tmp_path / "z.md")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr == f"error: {report} holds no --nobreak-model check\n"
+    assert not (tmp_path / "z.md").exists()
