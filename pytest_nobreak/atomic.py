@@ -45,6 +45,12 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.chmod(tmp, stat.S_IMODE(os.stat(target).st_mode))
         os.replace(tmp, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if exc.filename == os.fspath(tmp):  # name the file the caller asked for, not ours
+            raise type(exc)(exc.errno, exc.strerror, os.fspath(path)) from None
+        raise
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -8,6 +8,7 @@ schema (DESIGN.md, "Reports") and live only here.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping
 from typing import Any, Literal, get_args
@@ -173,7 +174,8 @@ class BreakEvent:
     def to_json(self) -> dict[str, Any]:
         """The event as it appears under ``breaks`` in the JSON report.
 
-        A host fallback adds ``calls`` and ``macs`` (host MACs), summed over all its sites. A
+        A host fallback adds ``calls`` and ``macs`` (host MACs), summed over all its sites, the
+        first call's operand shapes ``detail`` and its other sites ``also_at``. A
         chained break adds ``chain`` (its ids, root first), a break reached through the user's
         calls ``call_sites`` (innermost first), one inside a library ``library``, and one the
         fixes table knows ``fix`` (:mod:`pytest_nobreak.fixes`). The user's ``source`` line,
@@ -191,6 +193,12 @@ class BreakEvent:
         if self.kind == "host_fallback":
             out["calls"] = self.calls
             out["macs"] = self.macs
+            if self.detail:
+                out["detail"] = self.detail
+            if self.also_at:
+                out["also_at"] = [
+                    {"file": s.file, "line": s.line, "calls": s.calls} for s in self.also_at
+                ]
         if self.chain:
             out["chain"] = [link.label for link in self.chain]
         if self.library:
@@ -250,8 +258,14 @@ class GemmRecord:
         for field in dataclasses.fields(cls):
             value = data.get(field.name)
             kind: type[Any] | tuple[type[Any], ...] = _GEMM_TYPES[str(field.type)]
-            if not isinstance(value, kind) or isinstance(value, bool):
-                problem = f"gemm {field.name!r} must be {field.type}, not {value!r}"
+            number = isinstance(value, (int, float)) and not isinstance(value, str)
+            if (
+                not isinstance(value, kind)
+                or isinstance(value, bool)
+                or (number and not (math.isfinite(value) and value >= 0))
+            ):
+                shown = f"{field.type} >= 0" if field.type != "str" else "str"
+                problem = f"gemm {field.name!r} must be {shown}, not {value!r}"
                 raise ValueError(f"{where}: {problem}")
             values[field.name] = float(value) if field.type == "float" else value
         return cls(**values)

@@ -121,8 +121,15 @@ class BuildSkip(Exception):
 
 
 def _auto() -> Any:
-    from transformers.models.auto import configuration_auto, modeling_auto
+    try:
+        from transformers.models.auto import configuration_auto, modeling_auto
+    except ImportError as exc:
+        from pytest_nobreak.model_spec import SpecError
 
+        raise SpecError(
+            f"--nobreak-model hf:...: needs transformers, which cannot be imported ({exc}); "
+            "pip install transformers"
+        ) from None
     return modeling_auto, configuration_auto
 
 

@@ -561,6 +561,7 @@ class HtmlReportError(Exception):
 
     def __init__(self, path: str | os.PathLike[str], problem: str) -> None:
         super().__init__(f"HTML report {os.fspath(path)}: {problem}")
+        self.problem = problem
 
 
 def check_html_path(path: str | os.PathLike[str]) -> None:
@@ -578,7 +579,8 @@ def check_html_path(path: str | os.PathLike[str]) -> None:
             raise HtmlReportError(path, f"cannot be read ({exc.strerror or exc})") from None
         if GENERATOR.encode() not in head:
             raise HtmlReportError(
-                path, "exists and is not a pytest-nobreak report; delete it or pass another path"
+                path,
+                "exists and is not a pytest-nobreak HTML report; delete it or pass another path",
             )
         return
     parent = next(d for d in p.parents if d.exists())

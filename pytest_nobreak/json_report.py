@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import sys
 from collections.abc import Iterable, Mapping
@@ -35,6 +36,7 @@ from pytest_nobreak.events import (
     ChainLink,
     Figures,
     GemmRecord,
+    OtherSite,
 )
 
 __all__ = [
@@ -251,7 +253,44 @@ def read_report(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     tests = document.get("tests")
     if not isinstance(tests, dict) or not all(isinstance(v, dict) for v in tests.values()):
         raise ReportError(path, '"tests" must be an object of per-test objects')
+    problem = _section_problem(document)
+    if problem:
+        raise ReportError(path, problem)
     return document
+
+
+#: What each device of the ``roofs`` section holds (``pytest_nobreak.benchmark.roof_fields``).
+ROOF_FIELDS = {"peak_ops_per_s": float, "bandwidth_bytes_per_s": float, "description": str}
+
+
+def _section_problem(document: Mapping[str, Any]) -> str | None:
+    """What is wrong with the ``roofs`` and ``models`` sections of a report, or None."""
+    roofs = document.get(ROOFS_KEY, {})
+    if not isinstance(roofs, dict):
+        return f'"{ROOFS_KEY}" must be an object of devices, not {roofs!r}'
+    for key, roof in roofs.items():
+        if not isinstance(roof, dict) or set(roof) != set(ROOF_FIELDS):
+            return f'"{ROOFS_KEY}" of {key!r} must hold exactly {", ".join(ROOF_FIELDS)}'
+        for name, kind in ROOF_FIELDS.items():
+            value = roof[name]
+            if kind is str and isinstance(value, str):
+                continue
+            if (
+                kind is float
+                and isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and math.isfinite(value)
+                and value > 0
+            ):
+                continue
+            wanted = "a number > 0" if kind is float else "a string"
+            return f'"{ROOFS_KEY}" of {key!r}: {name} must be {wanted}, not {value!r}'
+    models = document.get(MODELS_KEY, {})
+    if not isinstance(models, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in models.items()
+    ):
+        return f'"{MODELS_KEY}" must be an object of reasons (strings) by test id'
+    return None
 
 
 def check_report_path(path: str | os.PathLike[str]) -> None:
@@ -410,14 +449,33 @@ def _event_from_json(data: Any, where: str) -> BreakEvent:
         reason=_field(data, "reason", str, where),
         calls=_optional_count(data, "calls", where),
         macs=_optional_count(data, "macs", where),
-        chain=tuple(ChainLink.from_label(str(x)) for x in data.get("chain") or ()),
-        call_sites=tuple(_call_site(d, where) for d in data.get("call_sites") or ()),
+        chain=tuple(ChainLink.from_label(str(x)) for x in _list(data, "chain", where)),
+        call_sites=tuple(_call_site(d, where) for d in _list(data, "call_sites", where)),
         library=_optional(data, "library", str, where),
         fix=_optional(data, "fix", str, where),
         source=_optional(data, "source", str, where),
         hints=_strings(data, "hints", where),
         link=_optional(data, "link", str, where),
+        detail=_optional(data, "detail", str, where),
+        also_at=tuple(_other_site(d, where) for d in _list(data, "also_at", where)),
         **_context(data.get("context"), where),
+    )
+
+
+def _list(data: Mapping[str, Any], key: str, where: str) -> list[Any]:
+    value = data.get(key) or []
+    if not isinstance(value, list):
+        raise ValueError(f"{where}: {key!r} must be a list, not {value!r}")
+    return value
+
+
+def _other_site(data: Any, where: str) -> OtherSite:
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{where}: a site must be an object, not {data!r}")
+    return OtherSite(
+        _optional(data, "file", str, where),
+        _optional(data, "line", int, where),
+        _count(data, "calls", where),
     )
 
 

@@ -23,6 +23,7 @@ backend gives the same answer). This module imports torch only when a check runs
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,8 @@ PLUGIN_NAME = "nobreak-models"
 #: Default ``--nobreak-model-timeout``: a model that takes longer to build, trace, lower and
 #: simulate is a problem of its own, and one must not hold up a sweep of hundreds.
 DEFAULT_TIMEOUT_S = 300.0
+#: The longest limit accepted (a day): a timer takes a finite, bounded number of seconds.
+MAX_TIMEOUT_S = 86400.0
 #: Below this, an fp32 output is zero in all but name (deep stacks of default-initialized
 #: layers shrink activations to 1e-26): an error relative to it measures nothing.
 VANISHING = 1e-6
@@ -122,12 +125,13 @@ def _settings(config: pytest.Config) -> ModelSettings | None:
     if timeout_text:
         try:
             timeout = float(timeout_text)
-            if timeout < 0:
+            # A timer takes a finite number of seconds (nan, inf and 1e400 are none).
+            if not math.isfinite(timeout) or timeout < 0 or timeout > MAX_TIMEOUT_S:
                 raise ValueError
         except ValueError:
             raise pytest.UsageError(
-                f"--nobreak-model-timeout {timeout_text}: write a number of seconds, e.g. 120 "
-                "(0: no limit)"
+                f"--nobreak-model-timeout {timeout_text}: write a number of seconds up to "
+                f"{MAX_TIMEOUT_S:g}, e.g. 120 (0: no limit)"
             ) from None
     return ModelSettings(specs, inputs, timeout or None)
 
@@ -139,9 +143,11 @@ def configure_models(config: pytest.Config, settings: NobreakConfig) -> None:
     if models is None:
         return
     config.pluginmanager.register(ModelPlugin(config, settings, models), PLUGIN_NAME)
-    if config.args_source != pytest.Config.ArgsSource.ARGS:
-        # No path on the command line: check the models alone, not the testpaths or the
-        # current directory as well (name paths to run tests beside them).
+    given = bool(config.getoption("nobreak_model"))
+    if given and config.args_source != pytest.Config.ArgsSource.ARGS:
+        # Models named on the command line and no path: check the models alone, not the
+        # testpaths as well (name paths to run tests beside them). Models of the ini file join
+        # the suite: a plain `pytest` must still run every test.
         config.args = []
 
 
@@ -254,6 +260,7 @@ class ModelCollector(pytest.Collector):
         self.check_names = checks
         self._built: BuiltModel | None = None
         self._skip: str | None = None
+        self._failure: str | None = None
 
     def collect(self) -> list[pytest.Item]:
         items: list[pytest.Item] = []
@@ -266,16 +273,21 @@ class ModelCollector(pytest.Collector):
 
     def model(self) -> BuiltModel:
         """The model and its inputs, built on first use; skips when it cannot be built."""
-        from pytest_nobreak.models import BuildSkip, build
+        from pytest_nobreak.models import BuildSkip, InferredInputsError, build
 
         if self._skip is not None:
             pytest.skip(self._skip)
+        if self._failure is not None:
+            pytest.fail(self._failure, pytrace=False)
         if self._built is None:
             try:
                 self._built = build(self.spec, self.factory, self.plugin.models.inputs)
             except BuildSkip as exc:
                 self._skip = f"{self.spec.text}: {exc}"
                 pytest.skip(self._skip)
+            except InferredInputsError as exc:
+                self._failure = str(exc)
+                pytest.fail(self._failure, pytrace=False)
         return self._built
 
     def backend(self) -> Any:
@@ -302,12 +314,15 @@ def _bind(run: Callable[..., None], collector: ModelCollector) -> Callable[..., 
     timeout = collector.plugin.models.timeout_s
 
     def limited(request: pytest.FixtureRequest, **fixtures: Any) -> None:
+        expired = None
         try:
             with time_limit(timeout):
                 run(collector, request, **fixtures)
         except TimeLimitExceeded as exc:
+            expired = str(exc)
+        if expired is not None:  # failed outside the handler: one line, no chained traceback
             pytest.fail(
-                f"{collector.spec.text}: {request.node.name} {exc} "
+                f"{collector.spec.text}: {request.node.name} {expired} "
                 "(--nobreak-model-timeout; 0 lifts the limit)",
                 pytrace=False,
             )
@@ -382,6 +397,13 @@ def _on_dut(collector: ModelCollector, request: pytest.FixtureRequest) -> None:
             f"eager one's {tuple(ref.shape)}",
             pytrace=False,
         )
+    for label, tensor in (("DUT", out), ("fp32 eager", ref)):
+        if not bool(torch.isfinite(tensor).all()):
+            # NaN compares false with every bound: it must fail here, or it would pass them all.
+            pytest.fail(
+                f"{collector.spec.text}: the {label} output holds NaN or infinite values",
+                pytrace=False,
+            )
     scale = float(ref.abs().max()) if ref.numel() else 0.0
     if scale < VANISHING:
         pytest.fail(
@@ -391,7 +413,7 @@ def _on_dut(collector: ModelCollector, request: pytest.FixtureRequest) -> None:
             pytrace=False,
         )
     err, cos = rel_err(out, ref), cosine(out, ref)
-    if err >= DYN_INT8_REL_TOL or cos <= DYN_INT8_MIN_COSINE:
+    if not (err < DYN_INT8_REL_TOL and cos > DYN_INT8_MIN_COSINE):
         pytest.fail(
             f"{collector.spec.text}: the DUT output is off the fp32 eager output by more than "
             f"int8 error: max error {err:.3g} of its range (bound {DYN_INT8_REL_TOL:g}), cosine "

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import importlib
+import importlib.util
+import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import FrameType, ModuleType
@@ -108,12 +112,42 @@ def resolve(spec: ModelSpec) -> Callable[[], Any] | None:
 def _import(spec: ModelSpec) -> ModuleType:
     name = _module_name(Path(spec.target)) if spec.is_file else spec.target
     try:
-        return importlib.import_module(name)
+        module = importlib.import_module(name)
+        if spec.is_file and not _is_file(module, spec.target):
+            # Another module of that name came first (a second models.py, or the standard
+            # library's json): load this file under a name of its own.
+            module = _load_file(Path(spec.target))
+        return module
     except Exception as exc:
         problem = f"{type(exc).__name__}: {exc}".splitlines()[0]
         raise SpecError(
             f"--nobreak-model {spec.text}: cannot import {spec.target}: {problem}"
         ) from None
+
+
+def _is_file(module: ModuleType, path: str) -> bool:
+    file = getattr(module, "__file__", None)
+    return file is not None and os.path.realpath(file) == os.path.realpath(path)
+
+
+def _load_file(path: Path) -> ModuleType:
+    """The module of ``path`` under a unique name (its directory's hash), kept in
+    ``sys.modules`` so its classes pickle and its dataclasses resolve."""
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
+    name = f"nobreak_model_{path.stem}_{digest}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
 def _module_name(path: Path) -> str:
@@ -143,9 +177,12 @@ def build(
             if given
             else lambda b, s: ((), hf_inputs(hf, b, s))
         )
+        inferred = False
     else:
         assert factory is not None
-        module, make = _from_factory(spec, factory(), given)
+        result = _call_seeded(factory)
+        inferred = not given and not _is_pair(result)
+        module, make = _from_factory(spec, result, given)
     built = BuiltModel(module, make, torch.empty(0))
     try:
         args, kwargs = built.inputs()
@@ -154,17 +191,45 @@ def build(
     except BuildSkip:
         raise
     except Exception as exc:
-        if spec.kind != "hf":
-            raise  # the user's own model: their error, with its traceback
-        raise BuildSkip(f"eager forward failed: {first_line(exc)}") from None
+        if spec.kind == "hf":
+            raise BuildSkip(f"eager forward failed: {first_line(exc)}") from None
+        if not inferred:
+            raise  # the user's own model on the user's inputs: their error, with its traceback
+        shown = ", ".join(_shape_text(i) for i in _infer_from_first_layer(spec, module))
+        raise InferredInputsError(
+            f"{spec.text}: the inputs inferred from its first layer ({shown}) do not fit it: "
+            f"{first_line(exc)}; pass --nobreak-model-inputs, or return (module, "
+            "example_inputs) from the factory"
+        ) from None
     built.reference = out
     return built
+
+
+def _call_seeded(factory: Callable[[], Any]) -> Any:
+    """The factory's result, its random weights from seed 0 (the same model in every process,
+    serial or under xdist)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return factory()
+
+
+def _shape_text(item: InputSpec) -> str:
+    dims = "x".join(map(str, item.shape))
+    return dims if item.kind == "float" else f"{item.kind}:{dims}"
+
+
+def _is_pair(result: Any) -> bool:
+    return isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], nn.Module)
+
+
+class InferredInputsError(Exception):
+    """The inputs inferred for a factory's module do not fit it (one line, no traceback)."""
 
 
 def _from_factory(
     spec: ModelSpec, result: Any, given: tuple[InputSpec, ...]
 ) -> tuple[nn.Module, Callable[[int, int], tuple[tuple[Any, ...], dict[str, Any]]]]:
-    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], nn.Module):
+    if _is_pair(result):
         module, example = result
         if not given:
             return module.eval(), _resizer(example)
@@ -225,7 +290,10 @@ def _given_maker(
         for item in given:
             shape = list(item.shape)
             if scale:
-                shape[0] = batch + shape[0] - first[0]
+                # The batch is the first input's first size: an input of that size follows
+                # it, one of another (a broadcast 1, a table) keeps its own.
+                if shape[0] == first[0]:
+                    shape[0] = batch
                 if item.kind == "ids":
                     shape[1] = seq
             if item.kind == "ids":
@@ -321,13 +389,21 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     def expire(signum: int, frame: FrameType | None) -> None:
         raise TimeLimitExceeded(f"took more than {seconds:g}s")
 
+    outer, interval = signal.getitimer(signal.ITIMER_REAL)
+    if outer and outer <= seconds:
+        yield  # an outer timer (pytest-timeout's, say) fires first: it stands, with its handler
+        return
+    started = time.monotonic()
     previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
+        signal.setitimer(signal.ITIMER_REAL, seconds)
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        if outer:  # the outer timer gets back what is left of its time (at least a tick)
+            left = max(outer - (time.monotonic() - started), 1e-3)
+            signal.setitimer(signal.ITIMER_REAL, left, interval)
 
 
 def check_inputs(
@@ -351,7 +427,7 @@ def check_inputs(
         return
     assert factory is not None
     try:
-        result = factory()
+        result = _call_seeded(factory)
     except Exception as exc:
         problem = f"{type(exc).__name__}: {exc}".splitlines()[0]
         raise SpecError(f"--nobreak-model {spec.text}: the factory raised {problem}") from None

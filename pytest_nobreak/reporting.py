@@ -119,6 +119,7 @@ class SessionReporter:
         baseline: Baseline | None,
         *,
         complete: Iterable[str] | None = None,
+        roofs: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.config = config
         self.settings = settings
@@ -126,6 +127,8 @@ class SessionReporter:
         #: The tests whose body ran to its end; a test that broke off has partial figures.
         self.complete = set(self.records if complete is None else complete)
         self.baseline = baseline
+        #: The roofs of the devices the tests' DUT GEMMs ran on (read where they ran).
+        self.roofs = dict(roofs or {})
         self.comparison: Comparison | None = None
         self.command = update_command(config, settings)
         self.lines: list[tuple[str, str | None]] = []
@@ -247,19 +250,9 @@ class SessionReporter:
             self.records.values(),
             asic_sim=sim_version(),
             complete=self.complete,
-            roofs=self._roofs(),
+            roofs=self.roofs,
             models=model_notes(self.config),
         )
-
-    def _roofs(self) -> dict[str, dict[str, Any]]:
-        keys = {gemm.device for record in self.records.values() for gemm in record.gemms}
-        if not keys:
-            return {}
-        # A GEMM ran, so the simulator is imported already.
-        from asic_backend.device import get_device
-        from pytest_nobreak.benchmark import roof_fields
-
-        return {key: roof_fields(get_device(key).config) for key in sorted(keys)}
 
     def _write_json(self) -> int:
         """This run's report, replacing the file; also when no test was watched (an empty

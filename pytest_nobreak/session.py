@@ -17,6 +17,7 @@ the run (terminal summary, JSON, JUnit, GitHub), and fail the run only if asked 
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,10 @@ COMPLETE_KEY = pytest.StashKey[bool]()
 REPORT_ATTR = "nobreak_record"
 #: Attribute of the same report: whether the test body ran to its end (its figures are whole).
 COMPLETE_ATTR = "nobreak_complete"
+ROOFS_KEY = pytest.StashKey[dict[str, dict[str, Any]]]()
+#: Attribute of the same report: the roofs of the devices its DUT GEMMs ran on, by device key,
+#: read where the test ran (the controller cannot rebuild a device from a custom config's key).
+ROOFS_ATTR = "nobreak_roofs"
 #: Fixtures whose use makes a test watched even when it is not marked.
 WATCH_FIXTURES = ("nobreak_report", "nobreak_compile", "asic", "asic_benchmark")
 FAIL_TITLE = f"@pytest.mark.{MARKER}: torch.compile did not run as whole graphs"
@@ -55,6 +60,14 @@ class NobreakWarning(UserWarning):
     """No longer issued: an unmarked test's breaks are reported after the run, never as a
     warning inside it (one would fail it under ``-W error``). Kept so that a
     ``filterwarnings`` entry naming it still loads."""
+
+
+def device_roofs(keys: set[str]) -> dict[str, dict[str, Any]]:
+    """The roofs of the simulated devices ``keys`` (imported already: a GEMM ran on each)."""
+    from asic_backend.device import get_device
+    from pytest_nobreak.benchmark import roof_fields
+
+    return {key: roof_fields(get_device(key).config) for key in sorted(keys)}
 
 
 def is_xdist_worker(config: pytest.Config) -> bool:
@@ -68,6 +81,8 @@ class NobreakSession:
         self.records: dict[str, TestRecord] = {}
         #: Tests whose body ran to the end: only their figures are compared with the baseline.
         self.complete: set[str] = set()
+        #: The roofs of the devices the tests' DUT GEMMs ran on, by device key.
+        self.roofs: dict[str, dict[str, Any]] = {}
         self.reporter: SessionReporter | None = None
         self.usage_errors: list[str] = []
         self.baseline = self._load_baseline()
@@ -99,6 +114,7 @@ class NobreakSession:
         from pytest_nobreak.json_report import ReportError, check_report_path
         from pytest_nobreak.reporting import display_path
 
+        self._check_distinct("JSON report", path, ("--nobreak-baseline",))
         try:
             check_report_path(path)
         except ReportError as exc:
@@ -110,11 +126,30 @@ class NobreakSession:
         if path is None or is_xdist_worker(self.config):
             return
         from pytest_nobreak.html_report import HtmlReportError, check_html_path
+        from pytest_nobreak.reporting import display_path
 
+        self._check_distinct("HTML report", path, ("--nobreak-json", "--nobreak-baseline"))
         try:
             check_html_path(path)
         except HtmlReportError as exc:
-            raise pytest.UsageError(str(exc)) from None
+            shown = HtmlReportError(display_path(path), exc.problem)
+            raise pytest.UsageError(str(shown)) from None
+
+    def _check_distinct(self, what: str, path: os.PathLike[str], flags: tuple[str, ...]) -> None:
+        """One file given for two of the run's outputs would be written twice, the last one
+        winning: a usage error before any test."""
+        from pytest_nobreak.reporting import display_path
+
+        others = {
+            "--nobreak-json": self.settings.json_path,
+            "--nobreak-baseline": self.settings.baseline_path,
+        }
+        for flag in flags:
+            other = others[flag]
+            if other is not None and os.path.realpath(other) == os.path.realpath(path):
+                raise pytest.UsageError(
+                    f"{what} {display_path(path)}: is also the {flag} file; pass another path"
+                )
 
     # ------------------------------------------------------------------ collection
 
@@ -220,6 +255,8 @@ class NobreakSession:
             gemms=report.gemms(),
         )
         item.stash[RECORD_KEY] = record
+        if record.gemms:
+            item.stash[ROOFS_KEY] = device_roofs({gemm.device for gemm in record.gemms})
         item.user_properties.extend(junit_properties(record))
         if options is None:
             return  # reported after the run, never inside the test (see the module docstring)
@@ -256,6 +293,9 @@ class NobreakSession:
         if record is not None and report.when == "call":
             setattr(report, REPORT_ATTR, record.to_json())
             setattr(report, COMPLETE_ATTR, item.stash.get(COMPLETE_KEY, False))
+            roofs = item.stash.get(ROOFS_KEY, None)
+            if roofs:
+                setattr(report, ROOFS_ATTR, roofs)
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -268,6 +308,7 @@ class NobreakSession:
         if hasattr(report, "wasxfail"):
             outcome = "xfailed" if report.skipped else "xpassed"
         self.records[report.nodeid] = dataclasses.replace(record, outcome=outcome)
+        self.roofs.update(getattr(report, ROOFS_ATTR, None) or {})
         if getattr(report, COMPLETE_ATTR, False):
             self.complete.add(report.nodeid)
         else:  # a rerun that broke off: its earlier, complete figures are not this run's
@@ -291,7 +332,12 @@ class NobreakSession:
         from pytest_nobreak.reporting import SessionReporter
 
         self.reporter = SessionReporter(
-            self.config, self.settings, self.records, self.baseline, complete=self.complete
+            self.config,
+            self.settings,
+            self.records,
+            self.baseline,
+            complete=self.complete,
+            roofs=self.roofs,
         )
         status = self.reporter.finish()
         # Keep a worse status pytest already has (failed tests 1, interrupted 2, ...).

@@ -141,6 +141,44 @@ def html_of(report: Mapping[str, Any], baseline_path: str | os.PathLike[str] | N
         raise MergeError(f"the merged report: {exc}") from None
 
 
+def _check_paths(args: argparse.Namespace) -> None:
+    """Refuse, before anything is read or written, a file given for two roles (the page written
+    over the merged report or a shard, the baseline over a report), an HTML path that is not
+    one of our pages, and ``--baseline`` without ``--html``."""
+    if args.baseline is not None and args.html is None:
+        raise MergeError("--baseline only sets what the HTML report compares with; add --html PATH")
+    written = {
+        "the merged report": args.output,
+        "--html": args.html,
+        "--update-baseline": args.update_baseline,
+    }
+    seen: dict[str, str] = {
+        os.path.realpath(shard): f"the shard report {shard}" for shard in args.shards
+    }
+    if args.baseline is not None:
+        seen.setdefault(os.path.realpath(args.baseline), "--baseline")
+    for role, path in written.items():
+        if path is None:
+            continue
+        real = os.path.realpath(path)
+        other = seen.get(real)
+        # Allowed: the merged report over a shard (merge in place), and updating the baseline
+        # the page is compared with (the default); nothing else may share a path.
+        allowed = (role == "the merged report" and str(other).startswith("the shard")) or (
+            role == "--update-baseline" and other == "--baseline"
+        )
+        if other is not None and not allowed:
+            raise MergeError(f"{path} is given as {role} and as {other}: pass another path")
+        seen[real] = role
+    if args.html is not None:
+        from pytest_nobreak.html_report import HtmlReportError, check_html_path
+
+        try:
+            check_html_path(args.html)
+        except HtmlReportError as exc:
+            raise MergeError(str(exc)) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m pytest_nobreak merge OUTPUT SHARD... [--update-baseline PATH] [--html PATH]``"""
     parser = argparse.ArgumentParser(
@@ -176,6 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
+        _check_paths(args)
         report = merge_shards(args.shards)
         baseline = None
         # No test ran: an unsharded update writes nothing either (the header would change).

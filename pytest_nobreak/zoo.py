@@ -21,7 +21,7 @@ from typing import Any
 
 from pytest_nobreak.atomic import write_atomic
 from pytest_nobreak.events import HOST_FALLBACK_PREFIX
-from pytest_nobreak.json_report import MODELS_KEY, ReportError, read_input
+from pytest_nobreak.json_report import MODELS_KEY, ReportError, TestRecord, read_input
 from pytest_nobreak.model_items import COLLECTOR_PREFIX
 
 __all__ = ["Row", "main", "render_zoo", "rows_of"]
@@ -141,6 +141,10 @@ def rows_of(report: Mapping[str, Any]) -> list[Row]:
     for nodeid, entry in report["tests"].items():
         match = _NODEID.match(nodeid)
         if match:
+            try:  # the rows read the raw entries: each must be a well-formed test entry
+                TestRecord.from_json(nodeid, entry)
+            except ValueError as exc:
+                raise ReportError("", f"holds a malformed entry: {exc}", "") from None
             grouped[match["spec"]][match["check"]] = entry
     for nodeid, note in report.get(MODELS_KEY, {}).items():
         match = _NODEID.match(nodeid)
@@ -227,7 +231,7 @@ def render_zoo(report: Mapping[str, Any]) -> str:
 def _line(row: Row, peak: int | None) -> str:
     skipped = row.skipped
     if skipped is not None:
-        return f"| `{row.spec}` | not built: {_cell(skipped)} | | | | | |"
+        return f"| {_code(row.spec)} | not built: {_cell(skipped)} | | | | | |"
     graph = "whole" if row.whole else "breaks: " + ", ".join(row.break_ids or ["eager frames"])
     failure = row.failure
     if failure:
@@ -237,7 +241,7 @@ def _line(row: Row, peak: int | None) -> str:
     cycles = asic.get("cycles")
     util = asic["macs"] / (cycles * peak) if cycles and peak and "macs" in asic else None
     cells = [
-        f"`{row.spec}`",
+        _code(row.spec),
         graph,
         "" if row.recompiles is None else str(row.recompiles),
         "" if share is None else f"{share:.1%}",
@@ -252,6 +256,11 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")[:160]
 
 
+def _code(text: str) -> str:
+    """``text`` as inline code in a table cell (a backtick or a pipe cannot end it early)."""
+    return "`" + text.replace("`", "'").replace("|", "\\|").replace("\n", " ") + "`"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m pytest_nobreak zoo REPORT OUTPUT``"""
     parser = argparse.ArgumentParser(
@@ -262,6 +271,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("report", help="the --nobreak-json report")
     parser.add_argument("output", help="the Markdown file to write")
     args = parser.parse_args(argv)
+    if os.path.realpath(args.report) == os.path.realpath(args.output):
+        print(f"error: {args.output} is the report itself; write the table to another file",
+              file=sys.stderr)  # fmt: skip
+        return 1
     try:
         text = render_zoo(read_input(args.report))
         write_atomic(args.output, text)

@@ -116,6 +116,51 @@ def cancel():
     return Cancel()
 
 
+class CancelNaN(Cancel):
+    """Cancel, far off fp32 on the DUT, with one NaN column: NaN must not pass the bounds."""
+
+    def forward(self, x):
+        y = super().forward(x) * 1e4
+        return torch.cat([y, torch.full_like(y[:, :1], float("nan"))], dim=1)
+
+
+def cancel_nan():
+    return CancelNaN()
+
+
+class Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 4)
+
+    def forward(self, x, scale):
+        return self.fc(x) * scale
+
+
+def scaled():
+    return Scaled()
+
+
+class HeadFirst(nn.Module):
+    """Registers its head before its conv: the first layer is not the one that runs first."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(32, 10)
+        self.conv = nn.Conv2d(3, 2, 3)
+
+    def forward(self, x):
+        return self.head(self.conv(x).flatten(1)[:, :32])
+
+
+def head_first():
+    return HeadFirst()
+
+
+def seeded():
+    return nn.Linear(8, 4), torch.ones(2, 8)
+
+
 def slow():
     time.sleep(1.5)
     return mlp()
@@ -176,6 +221,15 @@ def test_the_ini_list_and_k_select_models(fac: pytest.Pytester) -> None:
     fac.makeini("[pytest]\nnobreak_models =\n    fac.py:mlp\n    fac.py:branchy\n")
     result = run(fac, "-k", "branchy and compiles_whole", "--collect-only", "-q")
     result.stdout.fnmatch_lines(["nobreak-model[[]fac.py:branchy[]]::compiles_whole", "*1/4 *"])
+
+
+def test_ini_models_run_beside_the_suite(fac: pytest.Pytester) -> None:
+    """Models of the ini file join a plain ``pytest``; only models named on the command line
+    with no path check the models alone."""
+    fac.makeini("[pytest]\nnobreak_models =\n    fac.py:mlp\n")
+    fac.makepyfile(test_other="def test_x():\n    pass\n")
+    run(fac).assert_outcomes(passed=3)
+    run(fac, "--nobreak-model", "fac.py:mlp").assert_outcomes(passed=2)
 
 
 def test_given_inputs_replace_the_inferred_ones(fac: pytest.Pytester) -> None:
@@ -301,6 +355,68 @@ def test_on_dut_fails_on_host_fallbacks_and_on_numerics(fac: pytest.Pytester) ->
     )
 
 
+def test_on_dut_fails_on_a_nan_output(fac: pytest.Pytester) -> None:
+    """NaN compares false with every bound: an output holding one fails, whatever the rest."""
+    result = run(fac, "--nobreak-model", "fac.py:cancel_nan", "--asic-backend", "-k", "on_dut")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*fac.py:cancel_nan: the DUT output holds NaN or infinite *"])
+
+
+def test_inputs_of_other_batch_sizes_keep_a_broadcast_one(fac: pytest.Pytester) -> None:
+    """Only the inputs of the first one's batch size follow it to the other sizes."""
+    result = run(fac, "--nobreak-model", "fac.py:scaled", "--nobreak-model-inputs", "8x16,1x4")
+    result.assert_outcomes(passed=2)
+
+
+def test_inferred_inputs_that_do_not_fit_are_one_line(fac: pytest.Pytester) -> None:
+    result = run(fac, "--nobreak-model", "fac.py:head_first")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*fac.py:head_first: the inputs inferred from its first layer (2x32) do not fit it: "
+            "RuntimeError: *; pass --nobreak-model-inputs, or return (module, example_inputs) *"
+        ]
+    )
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_two_files_of_one_name_are_two_models(pytester: pytest.Pytester) -> None:
+    """``a/models.py`` and ``b/models.py`` (and a file named like a stdlib module) are each
+    loaded from their own file, not whichever module of that name was imported first."""
+    whole = "from torch import nn\n\ndef make():\n    return nn.Linear(8, 4)\n"
+    broken = (
+        "import torch\nfrom torch import nn\n\nclass B(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(8, 4)\n"
+        "    def forward(self, x):\n        return self.fc(x) if x.sum() > 0 else -self.fc(x)\n"
+        "\ndef make():\n    return B()\n"
+    )
+    for name, text in (("a/models.py", whole), ("b/models.py", broken), ("c/json.py", whole)):
+        (pytester.path / name).parent.mkdir(exist_ok=True)
+        (pytester.path / name).write_text(text)
+    specs = ("a/models.py:make", "b/models.py:make", "c/json.py:make")
+    options = [arg for spec in specs for arg in ("--nobreak-model", spec)]
+    result = run(pytester, *options, "-k", "compiles_whole")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["FAILED nobreak-model[[]b/models.py:make[]]::compiles_whole*"])
+
+
+def test_a_factory_builds_the_same_weights_in_every_process(fac: pytest.Pytester) -> None:
+    import random
+
+    from pytest_nobreak.model_spec import ModelSpec
+    from pytest_nobreak.models import build
+
+    def factory() -> torch.nn.Module:
+        return torch.nn.Linear(8, 4)
+
+    spec = ModelSpec("t", "factory", "t", "f")
+    torch.manual_seed(random.randrange(1000))
+    first = build(spec, factory, ())
+    torch.manual_seed(random.randrange(1000, 2000))
+    second = build(spec, factory, ())
+    assert torch.equal(first.module.weight, second.module.weight)
+
+
 def test_benchmark_is_timed_by_pytest_benchmark_with_the_dut_figures(
     fac: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -379,17 +495,53 @@ def test_xdist_workers_run_the_same_checks(fac: pytest.Pytester) -> None:
         (["fac.py:mlp", "4xZ"], "--nobreak-model-inputs 4xZ: '4xZ' is not a shape; write *"),
         (["fac.py:mlp", "ids:2x3x4"], "*token ids are batch x sequence, e.g. ids:2x16"),
         (["fac.py:mlp", "pix:2x3"], "--nobreak-model-inputs pix:2x3: unknown kind 'pix' *"),
+        (["fac.py:mlp", None, "nan"], "--nobreak-model-timeout nan: write a number of seconds *"),
+        (["fac.py:mlp", None, "inf"], "--nobreak-model-timeout inf: write a number of seconds *"),
+        (["fac.py:mlp", None, "-1"], "--nobreak-model-timeout -1: write a number of seconds *"),
     ],
 )
 def test_bad_specs_and_inputs_are_usage_errors(
-    fac: pytest.Pytester, args: list[str], message: str
+    fac: pytest.Pytester, args: list[str | None], message: str
 ) -> None:
     options = ["--nobreak-model", args[0]]
-    if len(args) > 1:
+    if len(args) > 1 and args[1] is not None:
         options += ["--nobreak-model-inputs", args[1]]
+    if len(args) > 2:
+        options += ["--nobreak-model-timeout", args[2]]
     result = run(fac, *options)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: {message}"])
+
+
+def test_hf_models_without_transformers_are_a_usage_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = pytester.mkdir("no_transformers") / "transformers"
+    blocker.mkdir()
+    (blocker / "__init__.py").write_text("raise ImportError('not installed here')\n")
+    monkeypatch.setenv("PYTHONPATH", str(blocker.parent))
+    result = pytester.runpytest_subprocess(*QUIET, "--nobreak-model", "hf:llama", "--co")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: --nobreak-model hf:...: needs transformers, which cannot be imported *"]
+    )
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
+def test_the_time_limit_leaves_an_outer_timer_running() -> None:
+    import signal
+
+    from pytest_nobreak.models import time_limit
+
+    signal.setitimer(signal.ITIMER_REAL, 100.0)
+    try:
+        with time_limit(50.0):
+            assert 49 < signal.getitimer(signal.ITIMER_REAL)[0] <= 50
+        assert 99 < signal.getitimer(signal.ITIMER_REAL)[0] <= 100  # re-armed
+        with time_limit(500.0):  # the outer one fires first: it stands
+            assert signal.getitimer(signal.ITIMER_REAL)[0] <= 100
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def test_inputs_without_a_model_are_a_usage_error(fac: pytest.Pytester) -> None:

@@ -191,3 +191,35 @@ def test_shards_without_tests_leave_the_baseline_alone(runs: Path) -> None:
         "no test in the shards; baseline kept.json was not written"
     )
     assert (runs / "kept.json").read_text() == "untouched"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--html", "notes.txt"], "error: HTML report notes.txt: exists and is not a pytest-*"),
+        (["--html", "out.json"], "error: out.json is given as --html and as the merged report*"),
+        (["--html", "s1.json"], "error: s1.json is given as --html and as the shard report s1*"),
+        (["--html", "adir"], "error: HTML report adir: is a directory; pass the path of a file"),
+        (["--baseline", "b.json"], "error: --baseline only sets what the HTML report compares *"),
+        (
+            ["--update-baseline", "s2.json"],
+            "error: s2.json is given as --update-baseline and as the shard report s2.json*",
+        ),
+    ],
+    ids=["not-a-page", "the-report", "a-shard", "a-directory", "baseline-alone", "baseline-shard"],
+)
+def test_paths_that_would_clobber_a_file_are_refused_before_anything_is_written(
+    runs: Path, args: list[str], message: str
+) -> None:
+    import fnmatch
+
+    (runs / "notes.txt").write_text("my notes")
+    (runs / "adir").mkdir(exist_ok=True)
+    before = {name: (runs / name).read_bytes() for name in ("s1.json", "s2.json", "notes.txt")}
+    done = merge(runs, "out.json", "s1.json", "s2.json", "--update-baseline", "nb.json", *args)
+    assert done.returncode == 1
+    assert fnmatch.fnmatch(done.stderr.strip(), message), done.stderr
+    assert not (runs / "out.json").exists()
+    assert not (runs / "nb.json").exists()
+    for name, content in before.items():
+        assert (runs / name).read_bytes() == content

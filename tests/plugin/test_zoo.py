@@ -83,3 +83,25 @@ def test_the_command_runs_as_a_module_and_refuses_a_report_without_models(
     assert proc.returncode == 1
     assert proc.stderr == f"error: {report} holds no --nobreak-model check\n"
     assert not (tmp_path / "z.md").exists()
+
+
+def test_a_malformed_entry_or_the_report_as_output_is_one_line(tmp_path: Path) -> None:
+    report = {
+        "version": 1,
+        "torch": "2.13.0",
+        "backend": "asic",
+        "device": "default",
+        "tests": {"nobreak-model[hf:x]::on_dut": {"outcome": "passed", "breaks": "none"}},
+    }
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(report))
+    for output in (tmp_path / "zoo.md", path):
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest_nobreak", "zoo", str(path), str(output)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert done.returncode == 1
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "Traceback" not in done.stderr
+    assert not (tmp_path / "zoo.md").exists()
+    assert json.loads(path.read_text()) == report

@@ -234,7 +234,7 @@ def test_a_path_that_holds_another_file_is_never_clobbered(tmp_path: Path) -> No
     check_html_path(tmp_path / "new" / "r.html")  # missing directories are made
     other = tmp_path / "index.html"
     other.write_text("<html>the team's dashboard</html>")
-    with pytest.raises(HtmlReportError, match="is not a pytest-nobreak report"):
+    with pytest.raises(HtmlReportError, match="is not a pytest-nobreak HTML report"):
         check_html_path(other)
     with pytest.raises(HtmlReportError, match="is a directory"):
         check_html_path(tmp_path)

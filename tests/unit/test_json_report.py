@@ -153,16 +153,50 @@ def test_the_round_trip_keeps_what_the_html_report_shows() -> None:
         also_at=(OtherSite("/repo/m.py", 3, 2),),
     )
     record = TestRecord("t", "failed", True, Figures(graphs=1), (host,))
-    back = TestRecord.from_json("t", record.to_json())
-    assert back.breaks == (
-        BreakEvent(
-            kind="host_fallback",
-            gb_type="Host fallback: conv2d",
-            reason="float64",
-            calls=3,
-            macs=99,
+    # The first call's shapes and the other sites, as the failure message shows them.
+    back = TestRecord.from_json("t", json.loads(json.dumps(record.to_json())))
+    assert back.breaks == (host,)
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"roofs": [1, 2]}, '"roofs" must be an object of devices, not [1, 2]'),
+        (
+            {"roofs": {"d": {"peak_ops_per_s": 1.0, "description": "x"}}},
+            "\"roofs\" of 'd' must hold exactly peak_ops_per_s, bandwidth_bytes_per_s, description",
         ),
-    )
+        (
+            {"roofs": {"d": {"peak_ops_per_s": -1, "bandwidth_bytes_per_s": 1, "description": ""}}},
+            "\"roofs\" of 'd': peak_ops_per_s must be a number > 0, not -1",
+        ),
+        ({"models": "oops"}, '"models" must be an object of reasons (strings) by test id'),
+    ],
+)
+def test_a_hand_edited_section_is_a_report_error(
+    tmp_path: Path, section: dict[str, Any], message: str
+) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"version": 1, "tests": {}, **section}))
+    with pytest.raises(ReportError) as raised:
+        read_report(path)
+    assert raised.value.problem == message
+
+
+def test_the_roof_fields_are_the_ones_the_report_checks() -> None:
+    from asic_backend.config import AsicConfig
+    from pytest_nobreak.benchmark import roof_fields
+    from pytest_nobreak.json_report import ROOF_FIELDS
+
+    assert set(roof_fields(AsicConfig.preset("gemmini"))) == set(ROOF_FIELDS)
+
+
+def test_a_gemm_with_a_negative_or_nan_figure_is_refused() -> None:
+    good = GemmRecord("d", "conv", 4, 27, 8, 2, 864, 300, 0.1, 0.2, 0.3, 1.5, 2e9, "memory")
+    for name, bad in (("cycles", -5), ("utilization", float("nan"))):
+        data = good.to_json() | {name: bad}
+        with pytest.raises(ValueError, match=f"gemm '{name}' must be"):
+            GemmRecord.from_json(data, "t")
 
 
 def test_chains_call_sites_and_libraries_survive_the_trip_from_a_worker() -> None:
