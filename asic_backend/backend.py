@@ -40,6 +40,7 @@ from asic_backend.lowering import (
 )
 from asic_backend.macs import mac_op
 from asic_backend.notices import AsicHostWarning, say_once
+from asic_backend.oplib import call_kernels_directly
 from asic_backend.quant_ops import FUSABLE
 from asic_backend.rewrite import graph_modules, name_ops
 
@@ -159,7 +160,7 @@ class AsicBackend:
         from torch._functorch.partitioners import min_cut_rematerialization_partition
 
         compiler = aot_autograd(
-            fw_compiler=_after(options, boxed_nop, forward_reason),
+            fw_compiler=_after(options, boxed_nop, forward_reason, direct=True),
             bw_compiler=_after(options, boxed_nop, BACKWARD_REASON),
             partition_fn=min_cut_rematerialization_partition,
             keep_inference_input_mutations=True,
@@ -169,16 +170,24 @@ class AsicBackend:
 
 
 def _after(
-    options: LoweringOptions, compiler: Callable[..., Any], forward_reason: str | None
+    options: LoweringOptions,
+    compiler: Callable[..., Any],
+    forward_reason: str | None,
+    *,
+    direct: bool = False,
 ) -> Callable[..., Any]:
     """``compiler``, preceded by the aten passes: the lowering of the tagged regions, then the
-    accounting of every matmul-class op left on the host."""
+    accounting of every matmul-class op left on the host; with ``direct`` (an aten graph that
+    runs as is), the DUT ops of an inference graph then call their kernels directly."""
 
     def compile_lowered(gm: fx.GraphModule, example_inputs: Any, **kwargs: Any) -> Any:
         reason = BACKWARD_REASON if kwargs.get("is_backward") else forward_reason
         if reason is None:
             _log_summary(lower_aten(gm, options))
         _log_summary(account_host_macs(gm, options, reason))
+        if reason is None and direct:
+            for module in graph_modules(gm):
+                call_kernels_directly(module)
         return compiler(gm, example_inputs, **kwargs)
 
     return compile_lowered

@@ -134,7 +134,10 @@ class Device:
         self._host_macs = 0
         self._sites: dict[HostFallback, HostFallbackStats] = {}  # first-seen order
         self._costs: collections.deque[GemmCost] = collections.deque(maxlen=COST_HISTORY)
-        self._shapes: dict[tuple[str, GemmCost], int] = {}
+        # (family, id(cost)) -> [family, cost, count]: costs come from the memo, one object per
+        # shape, so identity finds them without hashing a cost's dozen fields on every call
+        # (the entry holds the cost, so its id stays its own).
+        self._shapes: dict[tuple[str, int], list[Any]] = {}
         # A cost depends only on the shape and the config: computed once per shape, so a call
         # adds precomputed numbers to the counters (GemmCost is frozen, safe to share).
         self._memo: dict[object, GemmCost] = {}
@@ -198,8 +201,11 @@ class Device:
             self._cycles += cost.cycles * count
             self._bytes += cost.bytes_moved * count
             self._costs.extend([cost] * min(count, COST_HISTORY))
-            shape = (family, cost)
-            self._shapes[shape] = self._shapes.get(shape, 0) + count
+            entry = self._shapes.get((family, id(cost)))
+            if entry is None:
+                self._shapes[(family, id(cost))] = [family, cost, count]
+            else:
+                entry[2] += count
 
     def record_host_fallback(
         self, site: HostFallback, macs: int = 0, shape: str | None = None
@@ -239,7 +245,11 @@ class Device:
         """How many GEMMs of each (family, cost) ran since the last reset, in first-seen order
         (every one of them, unlike :attr:`last_costs`)."""
         with self._lock:
-            return dict(self._shapes)
+            entries = [tuple(entry) for entry in self._shapes.values()]
+        out: dict[tuple[str, GemmCost], int] = {}
+        for family, cost, count in entries:  # equal costs from a memo that started over: one
+            out[(family, cost)] = out.get((family, cost), 0) + count
+        return out
 
     def history(self) -> tuple[int, tuple[GemmCost, ...]]:
         """``(dut_ops, last_costs)`` read together: the GEMMs issued since the last reset, and

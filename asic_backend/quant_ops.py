@@ -305,13 +305,21 @@ def dyn_weight_mm(
     ``cache_weight``). Returns the int32 accumulator ``[M, N]`` and the weight scales ``[N]``
     (float32). ``w_transposed``: ``w`` is ``[K, N]`` instead of ``[N, K]``.
     """
+    acc, w_scale = _weight_mm(x_q, w, w_transposed, cache_weight, device)
+    # A copy: the cached scales must not be an output a compiler may reuse as a buffer.
+    return acc, w_scale.clone()
+
+
+def _weight_mm(
+    x_q: Tensor, w: Tensor, w_transposed: bool, cache_weight: bool, device: str
+) -> tuple[Tensor, Tensor]:
+    """:func:`dyn_weight_mm` with the weight scales as cached (not copied): for callers that
+    only read them, such as :func:`dyn_linear`'s rescale."""
     w_q, w_scale = (_cached_weight if cache_weight else _quantize_weight)(w, w_transposed)
     _check_k("dyn_linear", x_q.shape[-1], w_q.shape[-1])
     if x_q.shape[0] == 0:  # nothing to issue
-        return x_q.new_zeros((0, w_q.shape[0]), dtype=torch.int32), w_scale.clone()
-    acc = run_mm_i32(x_q, w_q, device=get_device(device))
-    # A copy: the cached scales must not be an output a compiler may reuse as a buffer.
-    return acc, w_scale.clone()
+        return x_q.new_zeros((0, w_q.shape[0]), dtype=torch.int32), w_scale
+    return run_mm_i32(x_q, w_q, device=get_device(device)), w_scale
 
 
 @dyn_weight_mm.register_fake
@@ -356,7 +364,7 @@ def dyn_linear(
     result is scaled on the host. ``w_transposed``: ``w`` is ``[K, N]`` (``x @ w``, GPT-2's
     ``Conv1D``) instead of ``[N, K]``.
     """
-    return _dyn_linear(x, w, bias, w_transposed, cache_weight, device, dyn_weight_mm)
+    return _dyn_linear(x, w, bias, w_transposed, cache_weight, device, _weight_mm)
 
 
 @dyn_linear.register_fake

@@ -42,6 +42,7 @@ from asic_backend import make_backend
 from asic_backend.config import AsicConfig
 from asic_backend.cycles import ACC_BYTES, gemm_cost
 from asic_backend.device import get_device
+from asic_backend.oplib import DIRECT_CALLS
 from benchmarks.conftest import DUT_PRESET, best_interleaved, record, record_interleaved
 
 pytest.importorskip("pytest_benchmark")
@@ -278,7 +279,11 @@ def test_interleaved(benchmark: Any, layer: Layer, request: pytest.FixtureReques
         record_interleaved(request.config, layer.group, best)
 
 
+_DYN_LINEAR = DIRECT_CALLS[torch.ops.asic.dyn_linear.default]
+
+
 def _dyn_linear(x: torch.Tensor, *, w: torch.Tensor, b: torch.Tensor, key: str) -> torch.Tensor:
-    # What the backend's lowering puts in place of a float linear (weights quantized once, cached).
-    out: torch.Tensor = torch.ops.asic.dyn_linear(x, w, b, False, True, key)
+    # What the backend's lowering puts in place of a float linear (weights quantized once,
+    # cached), called as the compiled aten graph calls it (asic_backend.oplib.DIRECT_CALLS).
+    out: torch.Tensor = _DYN_LINEAR(x, w, b, False, True, key)
     return out

@@ -444,6 +444,7 @@ def _install_taps() -> None:
 
         @functools.wraps(original_log)
         def log_graph_break(self: Any, code_options: Any, reason: str, exc: Any) -> None:
+            __tracebackhide__ = True  # a tap: not in the user's tracebacks
             if _sinks and not getattr(exc, "logged", False):
                 msg = getattr(exc, "msg", None) or str(exc)
                 code = self.f_code
@@ -467,6 +468,7 @@ def _install_taps() -> None:
 
         @functools.wraps(original_stance)
         def callback_from_stance(callback: Any) -> Any:
+            __tracebackhide__ = True  # a tap: not in the user's tracebacks
             if _sinks and callback not in (None, False):
                 cause = _silent_eager_cause()
                 if cause is not None:
@@ -491,6 +493,7 @@ def _install_entry_tap() -> None:
 
     @functools.wraps(original)
     def call(self: Any, frame: Any, cache_entry: Any, frame_state: Any) -> Any:
+        __tracebackhide__ = True  # a tap: not in the user's tracebacks
         if not _sinks:
             return original(self, frame, cache_entry, frame_state)
         if cache_entry is not None:
@@ -520,6 +523,7 @@ def _install_metrics_tap() -> None:
 
     @functools.wraps(original)
     def create(cls: Any, values: Any) -> Any:
+        __tracebackhide__ = True  # a tap: not in the user's tracebacks
         record = original.__func__(cls, values)  # type: ignore[attr-defined]
         if _sinks:
             _dispatch("on_metric", _metric_record(record))

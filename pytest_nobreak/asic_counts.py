@@ -42,7 +42,9 @@ class AsicCounts:
     def __init__(self) -> None:
         self.total: CounterSnapshot | None = None
         self.sites: dict[HostFallback, HostFallbackStats] = {}
-        self.gemms: dict[tuple[str, str, GemmCost], int] = {}
+        # (device, family, id(cost)) -> [device, family, cost, count]: identity, as the device
+        # keys its own (no hashing of a cost's fields on every GEMM of a watched test).
+        self._gemms: dict[tuple[str, str, int], list[Any]] = {}
         self._lock = threading.Lock()
         self._running = False
 
@@ -76,8 +78,19 @@ class AsicCounts:
             self.total = module.total_snapshot() if seed else module.CounterSnapshot()
             if seed:
                 self.sites = {stats.site: stats for stats in module.all_host_fallback_stats()}
-                self.gemms = module.all_gemm_shapes()
+                for (key, family, cost), count in module.all_gemm_shapes().items():
+                    self._gemms[(key, family, id(cost))] = [key, family, cost, count]
         _listeners.append(self)
+
+    @property
+    def gemms(self) -> dict[tuple[str, str, GemmCost], int]:
+        """How many DUT GEMMs of each (device key, family, cost) ran, in first-seen order."""
+        with self._lock:
+            entries = [tuple(entry) for entry in self._gemms.values()]
+        out: dict[tuple[str, str, GemmCost], int] = {}
+        for key, family, cost, count in entries:
+            out[(key, family, cost)] = out.get((key, family, cost), 0) + count
+        return out
 
     def _add(
         self,
@@ -89,8 +102,11 @@ class AsicCounts:
             self.total = counted if self.total is None else self.total + counted
             if gemm is not None:
                 key, family, cost, count = gemm
-                seen = (key, family, cost)
-                self.gemms[seen] = self.gemms.get(seen, 0) + count
+                entry = self._gemms.get((key, family, id(cost)))
+                if entry is None:
+                    self._gemms[(key, family, id(cost))] = [key, family, cost, count]
+                else:
+                    entry[3] += count
             if fallback is None:
                 return
             site, macs, shape = fallback
@@ -133,6 +149,7 @@ def _install(module: Any) -> None:
 
         @functools.wraps(record_gemm)
         def gemm(self: Any, cost: Any, count: int = 1, family: str = "matmul") -> None:
+            __tracebackhide__ = True  # a tap: not in the user's tracebacks
             if not _listeners:
                 record_gemm(self, cost, count, family)
                 return
@@ -142,6 +159,7 @@ def _install(module: Any) -> None:
 
         @functools.wraps(record_host_fallback)
         def host_fallback(self: Any, site: Any, macs: int = 0, shape: str | None = None) -> None:
+            __tracebackhide__ = True  # a tap: not in the user's tracebacks
             if not _listeners:
                 record_host_fallback(self, site, macs, shape)
                 return

@@ -189,3 +189,70 @@ def test_seed_network_runs_on_the_dut_with_asic(device: Device) -> None:
     assert dict(counters["frames"]) == {"total": 1, "ok": 1}
     assert "unimplemented" not in counters
     assert (device.snapshot().dut_ops, device.snapshot().host_fallbacks) == (2 * 3, 0)
+
+
+# -- the aten graph calls the DUT kernels directly ---------------------------------------------
+
+
+def _forward_graph(model: nn.Module, x: torch.Tensor) -> fx.GraphModule:
+    """The forward aten graph the asic backend hands its host compiler (boxed_nop) for model."""
+    from torch._dynamo.backends import debugging
+
+    seen: list[fx.GraphModule] = []
+    nop = debugging.boxed_nop
+
+    def spy(gm: fx.GraphModule, example_inputs: object) -> object:
+        seen.append(gm)
+        return nop(gm, example_inputs)
+
+    torch._dynamo.reset()
+    with pytest.MonkeyPatch.context() as mp, torch.no_grad():
+        mp.setattr(debugging, "boxed_nop", spy)
+        torch.compile(model, backend="asic")(x)
+    (gm,) = seen
+    return gm
+
+
+def test_an_inference_graph_calls_the_dut_kernels_directly() -> None:
+    from asic_backend.oplib import DIRECT_CALLS
+
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).eval()
+    gm = _forward_graph(model, torch.randn(2, 8))
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    direct = DIRECT_CALLS[torch.ops.asic.dyn_linear.default]
+    assert targets.count(direct) == 2
+    assert torch.ops.asic.dyn_linear.default not in targets
+
+
+def test_who_watches_ops_still_sees_the_dut_op() -> None:
+    """The profiler around a compiled call, and a dispatch mode around a direct call, see
+    ``asic::dyn_linear`` (the direct call steps aside for them), with the same numbers."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from asic_backend.oplib import DIRECT_CALLS
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            self.names.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    torch._dynamo.reset()
+    model = nn.Linear(8, 4).eval()
+    compiled = torch.compile(model, backend="asic")
+    x = torch.randn(2, 8)
+    key = get_device(None).key
+    direct = DIRECT_CALLS[torch.ops.asic.dyn_linear.default]
+    with torch.no_grad():
+        plain = compiled(x)
+        with torch.profiler.profile() as prof:
+            profiled = compiled(x)
+        with Ops() as ops:
+            watched = direct(x, model.weight, model.bias, False, True, key)
+    assert "asic::dyn_linear" in {event.name for event in prof.events()}
+    assert ops.names == ["asic.dyn_linear.default"]
+    assert torch.equal(plain, profiled)
+    assert torch.equal(plain, watched)

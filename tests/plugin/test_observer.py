@@ -604,3 +604,40 @@ def test_an_observed_test_leaves_the_simulated_devices_alone(models: Models) -> 
     models.pytester.makepyfile(test_device=DEVICE_STATE)
     for args in (("-p", "no:nobreak"), ("--nobreak-all",)):
         models.pytester.runpytest(*QUIET, *args).assert_outcomes(passed=2)
+
+
+FAILING = """
+import torch
+
+
+def test_raises_to_the_user():
+    f = torch.compile(lambda x: x * 2, backend="eager", dynamic=False)
+    with torch._dynamo.config.patch(recompile_limit=1, fail_on_recompile_limit_hit=True):
+        f(torch.ones(2))
+        f(torch.ones(3))  # raised inside Dynamo's frame callback, where a tap sits
+"""
+
+
+def test_a_failing_tests_traceback_is_the_one_without_the_plugin(models: Models) -> None:
+    """The plugin's taps on Dynamo sit in the call stack of every compile; they hide from
+    pytest's tracebacks (``__tracebackhide__``), so a failure reads as it does without it."""
+    models.pytester.makepyfile(test_fails=FAILING)
+
+    def failure(*args: str) -> list[str]:
+        result = models.pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+        result.assert_outcomes(failed=1)
+        text = result.stdout.str()
+        section = text.split(" FAILURES ")[1].split("short test summary")[0]
+        # The traceback alone: the captured log differs by design (without the plugin it holds
+        # torch.__trace's empty DEBUG records, the README's one exception), and the captured
+        # stderr by its timestamps and process ids.
+        section = re.split(r"-+ Captured ", section)[0]
+        lines = re.sub(r"0x[0-9a-f]+", "0x?", section).splitlines()  # addresses differ
+        while lines and not lines[-1].strip(" =-"):  # the next section's rule
+            lines.pop()
+        return lines
+
+    off = failure("-p", "no:nobreak")
+    on = failure("--nobreak-all")
+    assert on == off
+    assert not any("pytest_nobreak" in line for line in on)
