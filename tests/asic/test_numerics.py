@@ -388,15 +388,19 @@ def test_dequantize_acc_follows_torchao_order() -> None:
 
 @pytest.mark.parametrize("per_row", [False, True])
 @pytest.mark.parametrize("bias_dtype", [None, torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(
+    "n", [17, numerics.CAST_FIRST_MIN_NUMEL // 33 + 1], ids=["small", "cast-first"]
+)
 def test_dequantize_acc_in_place_equals_the_plain_formula(
-    per_row: bool, bias_dtype: torch.dtype | None
+    per_row: bool, bias_dtype: torch.dtype | None, n: int
 ) -> None:
-    """Bit for bit, including accumulators beyond float32's exact integers (2^24)."""
+    """Bit for bit, including accumulators beyond float32's exact integers (2^24), in both of
+    its forms (a large accumulator is cast first)."""
     g = torch.Generator().manual_seed(0)
-    acc = torch.randint(-(2**31), 2**31 - 1, (33, 17), dtype=torch.int32, generator=g)
+    acc = torch.randint(-(2**31), 2**31 - 1, (33, n), dtype=torch.int32, generator=g)
     a_scale: float | torch.Tensor = torch.rand(33, 1, generator=g) * 1e-3 if per_row else 0.0123
-    w_scale = torch.rand(17, 1, generator=g) * 1e-2
-    bias = None if bias_dtype is None else torch.randn(17, generator=g).to(bias_dtype)
+    w_scale = torch.rand(n, 1, generator=g) * 1e-2
+    bias = None if bias_dtype is None else torch.randn(n, generator=g).to(bias_dtype)
     expected = (acc.to(torch.float32) * a_scale) * w_scale.reshape(1, -1)
     if bias is not None:
         expected = expected + bias
