@@ -55,7 +55,8 @@ __all__ = [
 
 #: The report's section of the devices' roofs (by device key), for the HTML roofline.
 ROOFS_KEY = "roofs"
-#: The report's section of each ``--nobreak-model`` check's skip or failure reason (by nodeid).
+#: The report's section of each ``--nobreak-model`` check's skip or failure reason, and whether
+#: its compiled calls had run (by nodeid).
 MODELS_KEY = "models"
 
 VERSION = 1
@@ -164,7 +165,7 @@ def build_report(
     asic_sim: str | None = None,
     complete: Iterable[str] | None = None,
     roofs: Mapping[str, Mapping[str, Any]] | None = None,
-    models: Mapping[str, str] | None = None,
+    models: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The report document for the tests of this run.
 
@@ -173,7 +174,8 @@ def build_report(
     which keeps it out of a baseline made from the report (``python -m pytest_nobreak merge``).
     ``roofs`` are the roofs (peak ops/s, DRAM bandwidth) of the devices the tests' GEMMs ran
     on, by device key, for the roofline of the HTML report; ``models`` the skip or failure
-    reason of each ``--nobreak-model`` check, by nodeid, for the model-zoo table.
+    reason of each ``--nobreak-model`` check that did not pass, and whether its compiled calls
+    had all run (``{"reason": ..., "finished": ...}``), by nodeid, for the model-zoo table.
     """
     finished = None if complete is None else set(complete)
     tests = {}
@@ -193,7 +195,7 @@ def build_report(
     if roofs:
         report[ROOFS_KEY] = {key: dict(value) for key, value in roofs.items()}
     if models:
-        report[MODELS_KEY] = dict(sorted(models.items()))
+        report[MODELS_KEY] = {key: dict(note) for key, note in sorted(models.items())}
     report["tests"] = tests
     return report
 
@@ -287,9 +289,13 @@ def _section_problem(document: Mapping[str, Any]) -> str | None:
             return f'"{ROOFS_KEY}" of {key!r}: {name} must be {wanted}, not {value!r}'
     models = document.get(MODELS_KEY, {})
     if not isinstance(models, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in models.items()
+        isinstance(note, dict)
+        and set(note) == {"reason", "finished"}
+        and isinstance(note["reason"], str)
+        and isinstance(note["finished"], bool)
+        for note in models.values()
     ):
-        return f'"{MODELS_KEY}" must be an object of reasons (strings) by test id'
+        return f'"{MODELS_KEY}" must be an object of {{"reason": str, "finished": bool}} by test id'
     return None
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -47,6 +47,12 @@ __all__ = [
 #: Collector names are ``nobreak-model[<spec>]``.
 COLLECTOR_PREFIX = "nobreak-model"
 PLUGIN_NAME = "nobreak-models"
+#: Set in a check's stash once its compiled calls have all run: a failure after that is a
+#: verdict on what ran (numerics, host MACs), one before it (the time limit, a crash) cut the
+#: check short, and its breaks are not all known.
+CALLED_KEY = pytest.StashKey[bool]()
+#: Attribute of a check's call-phase report carrying that flag to the xdist controller.
+FINISHED_ATTR = "nobreak_model_finished"
 #: Default ``--nobreak-model-timeout``: a model that takes longer to build, trace, lower and
 #: simulate is a problem of its own, and one must not hold up a sweep of hundreds.
 DEFAULT_TIMEOUT_S = 300.0
@@ -168,8 +174,9 @@ class ModelPlugin:
                 self._check_inputs(named)
         except SpecError as exc:
             raise pytest.UsageError(str(exc)) from None
-        #: Each check's skip or failure reason, by nodeid (on the controller).
-        self.notes: dict[str, str] = {}
+        #: Each check's skip or failure reason, and whether its compiled calls had run (so its
+        #: breaks are all known), by nodeid (on the controller).
+        self.notes: dict[str, dict[str, Any]] = {}
 
     def _check_inputs(self, named: set[str]) -> None:
         """Inputs that cannot be made are a usage error before any test runs: a factory's
@@ -217,18 +224,33 @@ class ModelPlugin:
             report = pytest.CollectReport(collector.nodeid, "passed", None, list(new))
             config.hook.pytest_collectreport(report=report)
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        if isinstance(item, ModelCheck) and report.when == "call":
+            setattr(report, FINISHED_ATTR, item.stash.get(CALLED_KEY, False))
+        return report
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not report.nodeid.startswith(COLLECTOR_PREFIX + "[") or report.when != "call":
             return
         if report.skipped and isinstance(report.longrepr, tuple):
-            self.notes[report.nodeid] = str(report.longrepr[2]).removeprefix("Skipped: ")
+            reason = str(report.longrepr[2]).removeprefix("Skipped: ")
         elif report.failed:
-            self.notes[report.nodeid] = _failure_line(report)
+            reason = _failure_line(report)
+        else:
+            return
+        finished = bool(getattr(report, FINISHED_ATTR, False))
+        self.notes[report.nodeid] = {"reason": reason, "finished": finished}
 
 
-def model_notes(config: pytest.Config) -> dict[str, str]:
-    """Each ``--nobreak-model`` check's skip or failure reason, by nodeid (empty without
-    models), for the JSON report's ``models`` section, which the zoo table reads."""
+def model_notes(config: pytest.Config) -> dict[str, dict[str, Any]]:
+    """Each ``--nobreak-model`` check that did not pass: ``{"reason": ..., "finished": ...}``
+    (whether its compiled calls had all run, so that its breaks are all known, when it failed
+    or stopped), by nodeid (empty without models), for the JSON report's ``models`` section,
+    which the zoo table reads."""
     plugin = config.pluginmanager.get_plugin(PLUGIN_NAME)
     return dict(plugin.notes) if isinstance(plugin, ModelPlugin) else {}
 
@@ -351,6 +373,7 @@ def _compiles_whole(collector: ModelCollector, request: pytest.FixtureRequest) -
     args, kwargs = built.inputs(0)
     with torch.no_grad():  # an inference check: the DUT runs no autograd
         compiled(*args, **kwargs)
+    request.node.stash[CALLED_KEY] = True
 
 
 def _no_recompile(collector: ModelCollector, request: pytest.FixtureRequest) -> None:
@@ -365,6 +388,7 @@ def _no_recompile(collector: ModelCollector, request: pytest.FixtureRequest) -> 
         for index in range(len(SIZES)):
             args, kwargs = built.inputs(index)
             compiled(*args, **kwargs)
+    request.node.stash[CALLED_KEY] = True
 
 
 def _on_dut(collector: ModelCollector, request: pytest.FixtureRequest) -> None:
@@ -379,6 +403,7 @@ def _on_dut(collector: ModelCollector, request: pytest.FixtureRequest) -> None:
     args, kwargs = built.inputs(0)
     with torch.no_grad():
         out = first_tensor(compiled(*args, **kwargs))
+    request.node.stash[CALLED_KEY] = True
     counters = request.node.stash[MONITOR_KEY].report.asic
     if counters is None or counters.dut_ops == 0:
         pytest.fail(f"{collector.spec.text}: no GEMM ran on the simulated DUT", pytrace=False)
@@ -431,12 +456,14 @@ def _benchmark(collector: ModelCollector, request: pytest.FixtureRequest, benchm
     if not collector.plugin.settings.asic:
         with torch.no_grad():
             benchmark.pedantic(compiled, args=args, kwargs=kwargs, rounds=5, warmup_rounds=1)
+        request.node.stash[CALLED_KEY] = True
         return
     from pytest_nobreak.benchmark import AsicBenchmark
 
     timer = AsicBenchmark(benchmark, request.node)
     timer.label = collector.spec.text
     timer(compiled, *args, **kwargs)
+    request.node.stash[CALLED_KEY] = True
     assert timer.figures is not None
     counters = timer.figures.counters
     share = counters.dut_share

@@ -35,11 +35,17 @@ class Row:
     """One model of the table, from its checks' entries in the report."""
 
     def __init__(
-        self, spec: str, entries: Mapping[str, Mapping[str, Any]], notes: Mapping[str, str]
+        self,
+        spec: str,
+        entries: Mapping[str, Mapping[str, Any]],
+        notes: Mapping[str, str],
+        finished: Mapping[str, bool] | None = None,
     ):
         self.spec = spec
         self.entries = entries
         self.notes = notes
+        #: Per check that did not pass: whether its compiled calls had all run.
+        self.finished_checks = dict(finished or {})
 
     def _entry(self, *checks: str) -> Mapping[str, Any] | None:
         for check in checks:
@@ -84,9 +90,24 @@ class Row:
         }
 
     @property
+    def finished(self) -> bool:
+        """The compile check's compiled calls all ran (it was not cut off by the time limit or
+        a crash): only then does an empty list of breaks mean the model compiled whole."""
+        entry = self.compile_entry
+        if entry is None:
+            return False
+        check = next(name for name, e in self.entries.items() if e is entry)
+        return self.finished_checks.get(check, True)
+
+    @property
     def whole(self) -> bool:
         entry = self.compile_entry
-        return entry is not None and not self.break_ids and not entry.get("eager_frames")
+        return (
+            entry is not None
+            and self.finished
+            and not self.break_ids
+            and not entry.get("eager_frames")
+        )
 
     @property
     def failure(self) -> str | None:
@@ -146,11 +167,13 @@ def rows_of(report: Mapping[str, Any]) -> list[Row]:
             except ValueError as exc:
                 raise ReportError("", f"holds a malformed entry: {exc}", "") from None
             grouped[match["spec"]][match["check"]] = entry
+    finished: dict[str, dict[str, bool]] = collections.defaultdict(dict)
     for nodeid, note in report.get(MODELS_KEY, {}).items():
         match = _NODEID.match(nodeid)
         if match:
-            notes[match["spec"]][match["check"]] = note
-    return [Row(spec, grouped[spec], notes[spec]) for spec in sorted(grouped)]
+            notes[match["spec"]][match["check"]] = note["reason"]
+            finished[match["spec"]][match["check"]] = note["finished"]
+    return [Row(spec, grouped[spec], notes[spec], finished[spec]) for spec in sorted(grouped)]
 
 
 def _strip_spec(note: str, spec: str) -> str:
@@ -187,6 +210,8 @@ def render_zoo(report: Mapping[str, Any]) -> str:
     for row in rows:
         if row.skipped is not None:
             rest["not built: " + _reason_key(row.skipped)] += 1
+        elif not row.finished:
+            rest["not finished: " + _reason_key(row.failure or "the check stopped")] += 1
         elif not row.whole:
             # Each break counts on its own: a model with three is three reasons to fix.
             types = row.break_types
@@ -232,7 +257,12 @@ def _line(row: Row, peak: int | None) -> str:
     skipped = row.skipped
     if skipped is not None:
         return f"| {_code(row.spec)} | not built: {_cell(skipped)} | | | | | |"
-    graph = "whole" if row.whole else "breaks: " + ", ".join(row.break_ids or ["eager frames"])
+    if not row.finished:
+        graph = "not finished"
+    elif row.whole:
+        graph = "whole"
+    else:
+        graph = "breaks: " + ", ".join(row.break_ids or ["eager frames"])
     failure = row.failure
     if failure:
         graph += f"; {_cell(failure)}"

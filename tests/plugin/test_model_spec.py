@@ -261,7 +261,9 @@ def test_a_sweep_skips_what_cannot_be_built_with_the_reason(
         ["SKIPPED * hf:bert: still 0M parameters after shrinking (limit 0M)"]
     )
     notes = json.loads((pytester.path / "r.json").read_text())["models"]
-    assert notes["nobreak-model[hf:vit]::compiles_whole"].startswith("hf:vit: still")
+    note = notes["nobreak-model[hf:vit]::compiles_whole"]
+    assert note["reason"].startswith("hf:vit: still")
+    assert note["finished"] is False  # skipped before its compiled call
 
 
 # ----------------------------------------------------------------------------- inputs

@@ -47,23 +47,26 @@ def test_a_small_run_gives_each_kind_of_row(
         *QUIET,
         *("--nobreak-model", "fac.py:mlp", "--nobreak-model", "fac.py:branchy"),
         *("--nobreak-model", "fac.py:mixed", "--nobreak-model", "hf:bert"),
+        *("--nobreak-model", "fac.py:slow", "--nobreak-model-timeout", "1"),
         *("--asic-backend", "-k", "compiles_whole or on_dut", "--nobreak-json", "r.json"),
     )
-    result.assert_outcomes(passed=3, failed=3, skipped=2)
+    result.assert_outcomes(passed=3, failed=5, skipped=2)
     assert main([str(pytester.path / "r.json"), str(pytester.path / "zoo.md")]) == 0
     lines = (pytester.path / "zoo.md").read_text().splitlines()
     pytest.LineMatcher(lines).fnmatch_lines(
         [
-            "- architectures: **4**, built and run eagerly: **3**",
+            "- architectures: **5**, built and run eagerly: **4**",
             "- compile whole (no graph break, no eager fallback): **2**",
             "- whole and 100% on the DUT, within the int8 bound of fp32: **1**",
             "Most common reasons for the rest:",
             "- 1 × break GB0170 (Data-dependent branching)",
             "- 1 × host ops: linear",
+            "- 1 × not finished: compiles_whole took more than … …",
             "- 1 × not built: still … parameters after shrinking …",
             "| `fac.py:branchy` | breaks: GB0170 | 0 | 100.0% | none | * | *% |",
             "| `fac.py:mixed` | whole | 0 | 66.7% | linear | * | *% |",
             "| `fac.py:mlp` | whole | 0 | 100.0% | none | * | *% |",
+            "| `fac.py:slow` | not finished; compiles_whole took more than 1s * |*",
             "| `hf:bert` | not built: still 0M parameters after shrinking (limit 0M) | | | | | |",
         ]
     )

@@ -170,7 +170,14 @@ def test_the_round_trip_keeps_what_the_html_report_shows() -> None:
             {"roofs": {"d": {"peak_ops_per_s": -1, "bandwidth_bytes_per_s": 1, "description": ""}}},
             "\"roofs\" of 'd': peak_ops_per_s must be a number > 0, not -1",
         ),
-        ({"models": "oops"}, '"models" must be an object of reasons (strings) by test id'),
+        (
+            {"models": "oops"},
+            '"models" must be an object of {"reason": str, "finished": bool} by test id',
+        ),
+        (
+            {"models": {"t": "a reason"}},
+            '"models" must be an object of {"reason": str, "finished": bool} by test id',
+        ),
     ],
 )
 def test_a_hand_edited_section_is_a_report_error(
