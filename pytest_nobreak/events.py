@@ -250,6 +250,17 @@ class GemmRecord:
         return dataclasses.asdict(self)
 
     @classmethod
+    def from_cost(cls, device: str, family: str, cost: Any, calls: int) -> GemmRecord:
+        """The record of ``calls`` GEMMs of one :class:`asic_backend.cycles.GemmCost` (read by
+        attribute: this module does not import the simulator)."""
+        figures = {
+            field.name: getattr(cost, field.name)
+            for field in dataclasses.fields(cls)
+            if field.name not in ("device", "family", "calls")
+        }
+        return cls(device=device, family=family, calls=calls, **figures)
+
+    @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str) -> GemmRecord:
         """Raises ``ValueError`` when a field is missing or of the wrong type."""
         if not isinstance(data, Mapping):

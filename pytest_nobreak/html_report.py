@@ -87,7 +87,7 @@ def render_html(
     regressions = {c.nodeid for c in comparison.regressions} if comparison is not None else set()
     missing = set(comparison.missing) if comparison is not None else set()
     rows = [
-        _Row.of(record, changes.get(record.nodeid, ()), record.nodeid in regressions)
+        _Row(record, changes.get(record.nodeid, ()), record.nodeid in regressions)
         for record in records
     ]
     asic = any(r.record.figures.dut_ops is not None for r in rows)
@@ -116,10 +116,6 @@ class _Row:
     record: TestRecord
     changes: tuple[Change, ...]
     regressed: bool
-
-    @classmethod
-    def of(cls, record: TestRecord, changes: Sequence[Change], regressed: bool) -> _Row:
-        return cls(record, tuple(changes), regressed)
 
     @property
     def host_events(self) -> list[BreakEvent]:

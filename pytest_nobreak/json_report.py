@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import sys
 from collections.abc import Iterable, Mapping
@@ -38,6 +37,7 @@ from pytest_nobreak.events import (
     GemmRecord,
     OtherSite,
 )
+from pytest_nobreak.roofline import Roof, is_positive_number
 
 __all__ = [
     "VERSION",
@@ -261,8 +261,9 @@ def read_report(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     return document
 
 
-#: What each device of the ``roofs`` section holds (``pytest_nobreak.benchmark.roof_fields``).
-ROOF_FIELDS = {"peak_ops_per_s": float, "bandwidth_bytes_per_s": float, "description": str}
+#: What each device of the ``roofs`` section holds: a :class:`~pytest_nobreak.roofline.Roof`
+#: but its name, the device key (``pytest_nobreak.benchmark.roof_fields`` makes them).
+ROOF_FIELDS = tuple(f.name for f in dataclasses.fields(Roof) if f.name != "name")
 
 
 def _section_problem(document: Mapping[str, Any]) -> str | None:
@@ -273,19 +274,12 @@ def _section_problem(document: Mapping[str, Any]) -> str | None:
     for key, roof in roofs.items():
         if not isinstance(roof, dict) or set(roof) != set(ROOF_FIELDS):
             return f'"{ROOFS_KEY}" of {key!r} must hold exactly {", ".join(ROOF_FIELDS)}'
-        for name, kind in ROOF_FIELDS.items():
+        for name in ROOF_FIELDS:
             value = roof[name]
-            if kind is str and isinstance(value, str):
+            text = name == "description"
+            if isinstance(value, str) if text else is_positive_number(value):
                 continue
-            if (
-                kind is float
-                and isinstance(value, (int, float))
-                and not isinstance(value, bool)
-                and math.isfinite(value)
-                and value > 0
-            ):
-                continue
-            wanted = "a number > 0" if kind is float else "a string"
+            wanted = "a string" if text else "a number > 0"
             return f'"{ROOFS_KEY}" of {key!r}: {name} must be {wanted}, not {value!r}'
     models = document.get(MODELS_KEY, {})
     if not isinstance(models, dict) or not all(

@@ -139,22 +139,7 @@ class CompileReport:
     def gemms(self) -> tuple[GemmRecord, ...]:
         """The DUT GEMMs of the block, one record per device, family and shape."""
         return tuple(
-            GemmRecord(
-                device=key,
-                family=family,
-                m=cost.m,
-                k=cost.k,
-                n=cost.n,
-                calls=calls,
-                macs=cost.macs,
-                cycles=cost.cycles,
-                utilization=cost.utilization,
-                mapping_efficiency=cost.mapping_efficiency,
-                compute_utilization=cost.compute_utilization,
-                arithmetic_intensity=cost.arithmetic_intensity,
-                attained_ops_per_s=cost.attained_ops_per_s,
-                bound=cost.bound,
-            )
+            GemmRecord.from_cost(key, family, cost, calls)
             for (key, family, cost), calls in self._asic.gemms.items()
         )
 

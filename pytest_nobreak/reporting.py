@@ -10,6 +10,7 @@ read from the installed distributions, not from whatever this process happened t
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 import shlex
@@ -239,8 +240,10 @@ class SessionReporter:
             return ""
         return self.settings.asic_config().key
 
+    @functools.cached_property
     def document(self) -> dict[str, Any]:
-        """This run's report document: what ``--nobreak-json`` writes and the HTML page shows."""
+        """This run's report document: what ``--nobreak-json`` writes and the HTML page shows
+        (built once for both)."""
         from pytest_nobreak.json_report import build_report
 
         return build_report(
@@ -264,7 +267,7 @@ class SessionReporter:
             return 0
         shown = display_path(path)
         try:
-            write_document(path, self.document())
+            write_document(path, self.document)
         except (OSError, UnicodeError) as exc:
             self.errors.append(f"nobreak: cannot write JSON report {shown}: {_reason(exc)}")
             return int(GATE_FAILED)
@@ -281,7 +284,7 @@ class SessionReporter:
         shown = display_path(path)
         baseline = self.settings.baseline_path
         page = render_html(
-            self.document(),
+            self.document,
             comparison=self.comparison,
             baseline=display_path(baseline) if baseline is not None else None,
         )

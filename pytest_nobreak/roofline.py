@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from typing import Literal
 from xml.sax.saxutils import escape, quoteattr
 
-__all__ = ["Point", "Roof", "render_svg"]
+__all__ = ["Point", "Roof", "is_positive_number", "render_svg"]
 
 Bound = Literal["compute", "memory"]
 
@@ -46,6 +46,16 @@ SUBTITLE = "one point per benchmarked layer: int8 ops / max(cycles / f, bytes / 
 Box = tuple[float, float, float, float]  # left, top, right, bottom
 
 
+def is_positive_number(value: object) -> bool:
+    """Whether ``value`` is a finite number above zero (an int or a float, not a bool)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class Roof:
     """A device's roofs: ``peak_ops_per_s`` (2·R·C·f for an R x C array) and DRAM bandwidth."""
@@ -58,7 +68,7 @@ class Roof:
     def __post_init__(self) -> None:
         for field in ("peak_ops_per_s", "bandwidth_bytes_per_s"):
             value = getattr(self, field)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+            if not is_positive_number(value):
                 raise ValueError(f"Roof.{field} must be a positive finite number, got {value!r}")
 
     @property

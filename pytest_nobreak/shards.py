@@ -28,12 +28,14 @@ from typing import Any
 
 from pytest_nobreak.atomic import write_atomic
 from pytest_nobreak.baseline import (
+    Baseline,
     BaselineError,
     compare,
     dump_baseline,
     load_baseline,
     updated,
 )
+from pytest_nobreak.events import Figures
 from pytest_nobreak.json_report import (
     CONFIGURATION,
     ReportError,
@@ -86,21 +88,32 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
     return merged
 
 
+def _baseline(path: str | os.PathLike[str]) -> Baseline | None:
+    try:
+        return load_baseline(path)
+    except BaselineError as exc:
+        raise MergeError(str(exc)) from None
+
+
+def _complete_figures(report: Mapping[str, Any]) -> dict[str, Figures]:
+    """The figures of the merged report's tests that ran to their end (a baseline's and a
+    comparison's input, as in an unsharded run)."""
+    try:
+        return {
+            nodeid: TestRecord.from_json(nodeid, entry).figures
+            for nodeid, entry in report["tests"].items()
+            if entry.get("complete", True)
+        }
+    except ValueError as exc:
+        raise MergeError(f"the merged report: {exc}") from None
+
+
 def baseline_of(report: Mapping[str, Any], baseline_path: str | os.PathLike[str]) -> str:
     """The text of the baseline at ``baseline_path`` updated with ``report``'s tests, as one
     ``--nobreak-update-baseline`` run of the whole suite writes it: the tests that ran to the
     end replace their entries, every other entry is kept."""
-    try:
-        baseline = load_baseline(baseline_path)
-    except BaselineError as exc:
-        raise MergeError(str(exc)) from None
-    results = {}
-    for nodeid, entry in report["tests"].items():
-        if entry.get("complete", True):
-            try:
-                results[nodeid] = TestRecord.from_json(nodeid, entry).figures
-            except ValueError as exc:
-                raise MergeError(f"the merged report: {exc}") from None
+    baseline = _baseline(baseline_path)
+    results = _complete_figures(report)
     return dump_baseline(updated(baseline, results, report["torch"], report.get("asic_sim")))
 
 
@@ -112,21 +125,9 @@ def html_of(report: Mapping[str, Any], baseline_path: str | os.PathLike[str] | N
 
     comparison = None
     if baseline_path is not None:
-        try:
-            baseline = load_baseline(baseline_path)
-        except BaselineError as exc:
-            raise MergeError(str(exc)) from None
-        try:
-            results = {
-                nodeid: TestRecord.from_json(nodeid, entry).figures
-                for nodeid, entry in report["tests"].items()
-                if entry.get("complete", True)
-            }
-        except ValueError as exc:
-            raise MergeError(f"the merged report: {exc}") from None
         comparison = compare(
-            baseline,
-            results,
+            _baseline(baseline_path),
+            _complete_figures(report),
             strict=False,
             torch=report["torch"],
             asic_sim=report.get("asic_sim"),

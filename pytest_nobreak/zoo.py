@@ -47,12 +47,17 @@ class Row:
         #: Per check that did not pass: whether its compiled calls had all run.
         self.finished_checks = dict(finished or {})
 
-    def _entry(self, *checks: str) -> Mapping[str, Any] | None:
+    def _check(self, *checks: str) -> str | None:
+        """The first of ``checks`` that ran (was not skipped)."""
         for check in checks:
             entry = self.entries.get(check)
             if entry is not None and entry.get("outcome") != "skipped":
-                return entry
+                return check
         return None
+
+    def _entry(self, *checks: str) -> Mapping[str, Any] | None:
+        check = self._check(*checks)
+        return None if check is None else self.entries[check]
 
     @property
     def skipped(self) -> str | None:
@@ -64,9 +69,12 @@ class Row:
                 return _strip_spec(self.notes[check], self.spec)
         return "skipped"
 
+    #: The checks whose entry holds the model's breaks, in order of preference.
+    _COMPILE_CHECKS = ("compiles_whole", "on_dut", "no_recompile", "benchmark")
+
     @property
     def compile_entry(self) -> Mapping[str, Any] | None:
-        return self._entry("compiles_whole", "on_dut", "no_recompile", "benchmark")
+        return self._entry(*self._COMPILE_CHECKS)
 
     @property
     def break_ids(self) -> list[str]:
@@ -93,11 +101,8 @@ class Row:
     def finished(self) -> bool:
         """The compile check's compiled calls all ran (it was not cut off by the time limit or
         a crash): only then does an empty list of breaks mean the model compiled whole."""
-        entry = self.compile_entry
-        if entry is None:
-            return False
-        check = next(name for name, e in self.entries.items() if e is entry)
-        return self.finished_checks.get(check, True)
+        check = self._check(*self._COMPILE_CHECKS)
+        return check is not None and self.finished_checks.get(check, True)
 
     @property
     def whole(self) -> bool:

@@ -239,3 +239,12 @@ def test_a_path_that_holds_another_file_is_never_clobbered(tmp_path: Path) -> No
     with pytest.raises(HtmlReportError, match="is a directory"):
         check_html_path(tmp_path)
     assert GENERATOR in mine.read_text()
+
+
+def test_the_op_families_are_the_simulators() -> None:
+    """``events.OP_FAMILIES`` restates ``asic_backend.device.GEMM_FAMILIES`` (events must not
+    import the simulator, which imports torch): the two must not drift apart."""
+    from asic_backend.device import GEMM_FAMILIES
+    from pytest_nobreak.events import OP_FAMILIES
+
+    assert OP_FAMILIES == GEMM_FAMILIES
