@@ -1,4 +1,5 @@
-"""Host MAC accounting: every matmul-class op left in the aten graph is a counted host fallback.
+"""Host accounting: every matmul-class op left in the aten graph is a counted host fallback,
+and every host sync a counted stall of the device.
 
 The last pass over every aten graph the backend hands to the host compiler (forward, inference
 and backward): each op of :data:`asic_backend.macs.MAC_OPS` still in it runs on the host, so
@@ -10,6 +11,11 @@ lowering that said why, autograd, an op no pass knows), it cannot run unseen.
 >>> summary = account_host_macs(aten_gm, options, default_reason=None)
 >>> [site.op for site in summary.host]        # what will be counted on the host, and why
 ['conv2d']
+
+A host sync (:mod:`asic_backend.host_syncs`: an ``.item()``, a data-dependent shape) makes the
+device wait for the host: :func:`account_host_syncs` threads the sync's smallest tensor input
+through ``asic::host_sync``, which on every run counts it on the device (``syncs``, and
+``AsicConfig.sync_cycles`` more cycles).
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from torch import Tensor, fx
 
 from asic_backend import macs
 from asic_backend.device import HostFallback, get_device
-from asic_backend.fx_nodes import user_frame
+from asic_backend.fx_nodes import example_value, user_frame
+from asic_backend.host_syncs import sync_form
 from asic_backend.rewrite import (
     HOST_OP_KEY,
     HOST_REASON_KEY,
@@ -36,7 +43,9 @@ __all__ = [
     "AUTOGRAD_REASON",
     "BACKWARD_REASON",
     "account_host_macs",
+    "account_host_syncs",
     "host_fallback",
+    "host_sync",
 ]
 
 #: Why a graph compiled while autograd was live runs on the host (per op, with its MACs).
@@ -182,3 +191,56 @@ def _formula(name: str) -> macs.Formula:
     if name not in macs.FORMULAS:
         raise ValueError(f"asic::host_fallback: unknown MAC formula {name!r}")
     return name  # type: ignore[return-value]
+
+
+# -- asic::host_sync: the device's stalls ---------------------------------------------------------
+
+
+def account_host_syncs(gm: fx.GraphModule, options: LoweringOptions) -> int:
+    """Count every host sync of the aten graph ``gm`` (its subgraphs included) on the device
+    each time it runs, in place; return how many syncs the graph has."""
+    total = 0
+    for module in graph_modules(gm):
+        rw = Rewrite(module, options)
+        found = 0
+        for node in list(module.graph.nodes):
+            if sync_form(node) is None:
+                continue
+            tensors = [a for a in node.all_input_nodes if isinstance(example_value(a), Tensor)]
+            if not tensors:
+                continue  # nothing to thread the count through; the plugin still counts it
+            smallest = min(tensors, key=_static_numel)
+            marker = rw.call_aten_before(
+                node, torch.ops.asic.host_sync.default, (smallest, options.device)
+            )
+            for key in ("stack_trace", "nn_module_stack"):
+                if key in node.meta:
+                    marker.meta[key] = node.meta[key]
+            node.replace_input_with(smallest, marker)
+            found += 1
+        if found:
+            module.graph.lint()
+            module.recompile()
+        total += found
+    return total
+
+
+def _static_numel(node: fx.Node) -> int:
+    value = example_value(node)
+    try:
+        return int(value.numel())
+    except (TypeError, RuntimeError):  # a data-dependent size: not the one to copy
+        return 1 << 62
+
+
+@torch.library.custom_op("asic::host_sync", mutates_args=())
+def host_sync(x: Tensor, device: str) -> Tensor:
+    """Count one host sync on ``device`` (the op after this one reads ``x`` back on the host)
+    and pass ``x`` on, as a copy, so the count cannot be dropped as dead code."""
+    get_device(device).record_sync()
+    return x.clone(memory_format=torch.preserve_format)
+
+
+@host_sync.register_fake
+def _(x: Tensor, device: str) -> Tensor:
+    return torch.empty_like(x, memory_format=torch.preserve_format)

@@ -26,7 +26,12 @@ from typing import Any, cast
 import torch
 from torch import fx
 
-from asic_backend.accounting import AUTOGRAD_REASON, BACKWARD_REASON, account_host_macs
+from asic_backend.accounting import (
+    AUTOGRAD_REASON,
+    BACKWARD_REASON,
+    account_host_macs,
+    account_host_syncs,
+)
 from asic_backend.config import AsicConfig
 from asic_backend.device import Device, get_device
 from asic_backend.fx_nodes import example_value
@@ -184,6 +189,8 @@ def _after(
         reason = BACKWARD_REASON if kwargs.get("is_backward") else forward_reason
         if reason is None:
             _log_summary(lower_aten(gm, options))
+            # Only where the DUT runs the graph: under autograd it all runs on the host.
+            account_host_syncs(gm, options)
         _log_summary(account_host_macs(gm, options, reason))
         if reason is None and direct:
             for module in graph_modules(gm):

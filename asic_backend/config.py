@@ -38,6 +38,11 @@ WEIGHT_BUFFERS: tuple[int, ...] = (1, 2)
 #: Operations per multiply-accumulate (a multiply and an add), for TOP/s and ops per byte.
 OPS_PER_MAC = 2
 
+#: What one host sync costs the device by default, in its cycles: the device drains its queue,
+#: the value crosses the bus to the host (a PCIe read completion, about 1 µs) and the host
+#: decides and issues the next work (about 1 µs more): 2 µs, at the default 1 GHz clock.
+DEFAULT_SYNC_CYCLES = 2000
+
 #: The environment variable :meth:`AsicConfig.from_env` reads: a preset name or a TOML path.
 ENV_VAR = "ASIC_BACKEND_CONFIG"
 
@@ -53,6 +58,9 @@ class AsicConfig:
     input-stationary (``is``). ``weight_buffers`` is 1, or 2 for a ``ws`` array whose PEs hold a
     second weight tile, loaded while the first one computes (TPU v1's double buffering); see
     :func:`asic_backend.cycles.systolic_cycles`.
+
+    ``sync_cycles`` is what one host sync (a graph reading a device value back, see
+    :mod:`asic_backend.host_syncs`) stalls the device for, in its cycles (0: free).
 
     The defaults are the ``default`` preset. ``acc_overflow`` says what the int32 accumulator does
     when the exact result does not fit; ``requant_rounding`` picks the int32 -> int8 rounding
@@ -78,6 +86,7 @@ class AsicConfig:
     dram_bw_bytes_per_s: float = 100e9
     acc_overflow: AccOverflow = "wrap"
     requant_rounding: RequantRounding = "tflite"
+    sync_cycles: int = DEFAULT_SYNC_CYCLES
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -87,6 +96,15 @@ class AsicConfig:
             # bool is an int subclass; `rows = true` in a TOML file is a mistake, not 1.
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"AsicConfig.{field} must be a positive integer, got {value!r}")
+        if (
+            isinstance(self.sync_cycles, bool)
+            or not isinstance(self.sync_cycles, int)
+            or self.sync_cycles < 0
+        ):
+            raise ValueError(
+                "AsicConfig.sync_cycles (device cycles one host sync stalls for) must be a "
+                f"non-negative integer, got {self.sync_cycles!r}"
+            )
         for field in ("clock_hz", "dram_bw_bytes_per_s"):
             value = getattr(self, field)
             if (
@@ -221,8 +239,11 @@ class AsicConfig:
         if PRESETS.get(self.name) == self:
             return self.name
         fields = self.as_dict()
-        if fields["weight_buffers"] == 1:  # added later: keys made before it stay the same
+        # Added later: at their defaults, keys made before them stay the same.
+        if fields["weight_buffers"] == 1:
             del fields["weight_buffers"]
+        if fields["sync_cycles"] == DEFAULT_SYNC_CYCLES:
+            del fields["sync_cycles"]
         canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return f"{self.name}-{hashlib.sha256(canonical.encode()).hexdigest()[:10]}"
 

@@ -63,6 +63,8 @@ class CounterSnapshot:
     bytes_moved: int = 0
     peak_macs_per_cycle: int = 0
     host_macs: int = 0
+    #: Host syncs the device stalled for (each added ``AsicConfig.sync_cycles`` to ``cycles``).
+    syncs: int = 0
 
     @property
     def dut_share(self) -> float | None:
@@ -97,6 +99,7 @@ class CounterSnapshot:
             bytes_moved=self.bytes_moved + other.bytes_moved,
             peak_macs_per_cycle=peak,
             host_macs=self.host_macs + other.host_macs,
+            syncs=self.syncs + other.syncs,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -108,6 +111,7 @@ class CounterSnapshot:
             "host_macs": self.host_macs,
             "cycles": self.cycles,
             "bytes_moved": self.bytes_moved,
+            "syncs": self.syncs,
             "utilization": self.utilization,
         }
 
@@ -132,6 +136,7 @@ class Device:
         self._cycles = 0
         self._bytes = 0
         self._host_macs = 0
+        self._syncs = 0
         self._sites: dict[HostFallback, HostFallbackStats] = {}  # first-seen order
         self._costs: collections.deque[GemmCost] = collections.deque(maxlen=COST_HISTORY)
         # (family, id(cost)) -> [family, cost, count]: costs come from the memo, one object per
@@ -156,13 +161,14 @@ class Device:
                 bytes_moved=self._bytes,
                 peak_macs_per_cycle=self.config.peak_macs_per_cycle,
                 host_macs=self._host_macs,
+                syncs=self._syncs,
             )
 
     def reset(self) -> None:
         """Zero the counters and forget the host-fallback sites and the per-GEMM costs."""
         with self._lock:
             self._dut_ops = self._host_fallbacks = self._macs = self._cycles = self._bytes = 0
-            self._host_macs = 0
+            self._host_macs = self._syncs = 0
             self._sites.clear()
             self._costs.clear()
             self._shapes.clear()
@@ -206,6 +212,12 @@ class Device:
                 self._shapes[(family, id(cost))] = [family, cost, count]
             else:
                 entry[2] += count
+
+    def record_sync(self, count: int = 1) -> None:
+        """Count ``count`` host syncs: each stalls the device ``config.sync_cycles`` cycles."""
+        with self._lock:
+            self._syncs += count
+            self._cycles += self.config.sync_cycles * count
 
     def record_host_fallback(
         self, site: HostFallback, macs: int = 0, shape: str | None = None

@@ -5,7 +5,7 @@ Run: ``pytest benchmarks/test_html_report.py --benchmark-only -s``. The figures 
 ``extra_info`` and one summary line; nothing here asserts a time (the page's behaviour is
 asserted in ``tests/browser``). The suite is made up, but shaped like a real one: most tests
 clean on the DUT, a tenth with a graph break (source context, call sites, hints, a fix), some
-with host fallbacks, recompiles and regressions against the baseline.
+with host fallbacks, host syncs, recompiles and regressions against the baseline.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ def _record(i: int) -> TestRecord:
     macs = sum(g.macs * g.calls for g in gemms)
     breaks: list[BreakEvent] = []
     figures: dict[str, int] = {"graphs": 1, "dut_ops": 6, "macs": macs, "cycles": 3840}
+    figures.update(host_syncs=0, syncs=0)
     if i % 10 == 0:
         figures.update(graphs=2, graph_breaks=1)
         breaks.append(
@@ -67,6 +68,24 @@ def _record(i: int) -> TestRecord:
                 reason="autograd is live: call the model under torch.no_grad()",
                 calls=2,
                 macs=4096,
+            )
+        )
+    if i % 30 == 0:
+        figures.update(host_syncs=2, syncs=2, cycles=figures["cycles"] + 2 * 1000)
+        breaks.append(
+            BreakEvent(
+                kind="host_sync",
+                gb_type="Tensor.item",
+                file=f"models/block_{i % 50}.py",
+                line=14,
+                source=CONTEXT[5].strip(),
+                reason="the host reads a device value to decide what comes next "
+                "(a data-dependent scalar)",
+                calls=2,
+                detail="data-dependent scalar",
+                call_sites=(CallSite(f"tests/test_{i}.py", 30, "model(x)"),),
+                context=CONTEXT,
+                context_start=9,
             )
         )
     figures.setdefault("host_fallbacks", 0)

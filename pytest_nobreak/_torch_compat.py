@@ -23,6 +23,12 @@ the plugin silently reporting zero breaks:
 - ``torch._dynamo.eval_frame._callback_from_stance``: called each time a compiled region is
   entered; the only way to see a region silently run eagerly under ``set_stance("force_eager")``,
   ``"eager_on_recompile"`` or ``torch._dynamo.config.disable``, which leave no other trace.
+- ``OutputGraph.call_user_compiler``: where Dynamo hands each graph to the backend. The graph's
+  host syncs (:mod:`asic_backend.host_syncs`) are read there, and the compiled callable it
+  returns is wrapped, for graphs that have any, to count each call. A backend that goes through
+  AOTAutograd runs ``graph_compile._apply_tensorify_python_scalars`` first, which turns a float
+  ``.item()`` used only in tensor math back into tensor ops: the syncs of such a graph are read
+  from the graph that pass leaves (tapped too), which is what runs.
 - The ``torch._dynamo.convert_frame`` WARNING record of a recompile-limit hit (its location).
 - The graph-break registry (``gb_type`` -> ``GBxxxx`` id and documentation link).
 
@@ -46,6 +52,7 @@ import torch
 import torch._dynamo
 import torch._dynamo.convert_frame as _convert_frame
 import torch._dynamo.eval_frame as _eval_frame
+import torch._dynamo.output_graph as _output_graph
 import torch._dynamo.utils as _dynamo_utils
 from torch._dynamo import config as _dynamo_config
 
@@ -108,6 +115,9 @@ def check_torch() -> None:
         ).get("__call__"),
         "torch._dynamo.utils.CompilationMetrics.create": getattr(
             getattr(_dynamo_utils, "CompilationMetrics", None), "create", None
+        ),
+        "torch._dynamo.output_graph.OutputGraph.call_user_compiler": getattr(
+            _output_graph.OutputGraph, "call_user_compiler", None
         ),
     }
     missing = [name for name, value in required.items() if value is None]
@@ -340,6 +350,27 @@ class RawLimitHit:
     last_reason: str
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class SyncSite:
+    """The host syncs of one compiled graph at one place: the op as the user wrote it, why it
+    is a sync, how many of the graph's nodes it is, and the stack that reached it, outermost
+    first (the callers that entered the compiled region, then the traced frames)."""
+
+    op: str
+    form: str
+    fix: str
+    count: int
+    stack: tuple[Frame, ...]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RawGraphSyncs:
+    """A compiled graph that has host syncs, sent on each of its calls (compared by identity:
+    a monitor counts calls per graph)."""
+
+    sites: tuple[SyncSite, ...]
+
+
 class Sink(Protocol):
     """Receives raw events while registered (the monitor).
 
@@ -364,6 +395,8 @@ class Sink(Protocol):
     def on_recompile(self, event: RawRecompile) -> None: ...
 
     def on_limit_hit(self, event: RawLimitHit) -> None: ...
+
+    def on_host_syncs(self, event: RawGraphSyncs) -> None: ...
 
 
 _sinks: list[Sink] = []
@@ -478,6 +511,7 @@ def _install_taps() -> None:
         _eval_frame._callback_from_stance = callback_from_stance
         _install_entry_tap()
         _install_metrics_tap()
+        _install_compiler_tap()
 
         noise_filter = _DynamoWarningFilter()
         for name in _NOISY_LOGGERS:
@@ -530,6 +564,98 @@ def _install_metrics_tap() -> None:
         return record
 
     metrics.create = classmethod(create)  # type: ignore[method-assign, assignment]
+
+
+#: The syncs AOTAutograd's graphs hold, for the Dynamo graph this thread compiles (a list), or
+#: ``None`` while it compiles none; one per nesting level, restored on the way out.
+_compiling = threading.local()
+
+
+def _install_compiler_tap() -> None:
+    """Read each graph's host syncs where Dynamo hands it to the backend, and count its calls.
+
+    A graph without syncs gets back the very callable its backend made: nothing is added to
+    its calls. One with syncs is called through a wrapper that tells the sinks (one list check
+    when there are none). The wrapper is installed whether a sink listens or not, so that a
+    test calling code compiled before it (an observed test) still counts its syncs.
+    """
+    from asic_backend.host_syncs import find_host_syncs
+
+    original = _output_graph.OutputGraph.call_user_compiler
+
+    @functools.wraps(original)
+    def call_user_compiler(self: Any, gm: Any, example_inputs: Any) -> Any:
+        __tracebackhide__ = True  # a tap: not in the user's tracebacks
+        if getattr(self, "export", False):
+            return original(self, gm, example_inputs)
+        traced = find_host_syncs(gm)  # before the backend, which may rewrite the graph
+        outer = getattr(_compiling, "aot", None)
+        _compiling.aot = None
+        try:
+            compiled = original(self, gm, example_inputs)
+            aot = _compiling.aot
+        finally:
+            _compiling.aot = outer
+        syncs = traced if aot is None else _as_traced(aot, traced)
+        if not syncs:
+            return compiled
+        above = tuple(_stack_above_dynamo(1))
+        graph = RawGraphSyncs(
+            tuple(
+                SyncSite(
+                    op=sync.op,
+                    form=sync.form,
+                    fix=sync.fix,
+                    count=sync.count,
+                    stack=(*above, *(Frame(f, line, fn) for f, line, fn in sync.frames)),
+                )
+                for sync in syncs
+            )
+        )
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True  # a tap: not in the user's tracebacks
+            if _sinks:
+                _dispatch("on_host_syncs", graph)
+            return compiled(*args, **kwargs)
+
+        return counted
+
+    _output_graph.OutputGraph.call_user_compiler = call_user_compiler  # type: ignore[method-assign]
+    _install_aot_tap(find_host_syncs)
+
+
+def _install_aot_tap(find_host_syncs: Any) -> None:
+    """Read the syncs of the graph AOTAutograd compiles, after the pass that may remove some."""
+    try:
+        from torch._functorch._aot_autograd import graph_compile
+    except ImportError:  # an older layout: the Dynamo graph's syncs stand
+        return
+    original = getattr(graph_compile, "_apply_tensorify_python_scalars", None)
+    if original is None:
+        return
+
+    @functools.wraps(original)
+    def apply(module: Any) -> None:
+        __tracebackhide__ = True  # a tap: not in the user's tracebacks
+        original(module)
+        found = getattr(_compiling, "aot", None)
+        _compiling.aot = [*(found or ()), *find_host_syncs(module)]
+
+    graph_compile._apply_tensorify_python_scalars = apply
+
+
+def _as_traced(aot: list[Any], traced: tuple[Any, ...]) -> tuple[Any, ...]:
+    """AOTAutograd's syncs, named as the user wrote them: an aten op at the same traced stack
+    as a sync of the Dynamo graph is that sync (``aten._local_scalar_dense`` is ``Tensor.item``)."""
+    by_stack = {sync.frames: sync for sync in traced}
+    out = []
+    for sync in aot:
+        known = by_stack.get(sync.frames)
+        out.append(
+            sync if known is None else dataclasses.replace(sync, op=known.op, form=known.form)
+        )
+    return tuple(out)
 
 
 def _compile_error_event(exc: Exception, frame: Any, before: CounterView) -> RawCompileError:

@@ -3,9 +3,9 @@
 The devices of ``asic_backend`` count since their last reset, and a test may reset them
 itself (``device.reset()``, ``asic_backend.device.reset_all()``), so figures read as a
 difference of the devices' counters could be zeroed or go negative. Instead, each count the
-devices record is also handed to the counters started here (a wrap of ``Device.record_gemm``
-and ``Device.record_host_fallback``, installed once per process), which nothing but the
-monitor that owns them touches.
+devices record is also handed to the counters started here (a wrap of ``Device.record_gemm``,
+``Device.record_host_fallback`` and ``Device.record_sync``, installed once per process), which
+nothing but the monitor that owns them touches.
 
 The simulator is optional and imports torch: nothing here imports it. Until
 ``asic_backend.device`` has been imported nothing can have run on a device, and every device
@@ -130,11 +130,12 @@ def minus(after: CounterSnapshot, before: CounterSnapshot) -> CounterSnapshot:
         host_macs=after.host_macs - before.host_macs,
         cycles=after.cycles - before.cycles,
         bytes_moved=after.bytes_moved - before.bytes_moved,
+        syncs=after.syncs - before.syncs,
     )
 
 
 def _install(module: Any) -> None:
-    """Wrap the two methods through which a device counts, once per process.
+    """Wrap the methods through which a device counts, once per process.
 
     What a call added is read from the device itself (its counters after the call minus
     before), so these counts cannot drift from the device's own arithmetic.
@@ -167,8 +168,21 @@ def _install(module: Any) -> None:
             record_host_fallback(self, site, macs, shape)
             _dispatch(minus(self.snapshot(), before), (site, macs, shape))
 
+        record_sync = device.record_sync
+
+        @functools.wraps(record_sync)
+        def sync(self: Any, count: int = 1) -> None:
+            __tracebackhide__ = True  # a tap: not in the user's tracebacks
+            if not _listeners:
+                record_sync(self, count)
+                return
+            before = self.snapshot()
+            record_sync(self, count)
+            _dispatch(minus(self.snapshot(), before), None)
+
         device.record_gemm = gemm
         device.record_host_fallback = host_fallback
+        device.record_sync = sync
         _installed = True
 
 

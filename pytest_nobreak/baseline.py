@@ -40,8 +40,8 @@ from pytest_nobreak.atomic import write_atomic
 from pytest_nobreak.events import (
     ALL_FIGURES,
     ASIC_FIGURES,
-    CORE_FIGURES,
     REQUIRED_ASIC_FIGURES,
+    REQUIRED_CORE_FIGURES,
     Figures,
 )
 
@@ -72,6 +72,7 @@ BETTER: Mapping[str, Better] = MappingProxyType(
         "graph_breaks": "lower",
         "eager_frames": "lower",
         "recompiles": "lower",
+        "host_syncs": "lower",  # one more device->host round trip the host waits for
         "dut_ops": "higher",  # fewer ops on the device: that work moved to the host
         "host_fallbacks": "lower",
         # DUT + host MACs are the model's own count (FlopCounterMode's), so MACs on the DUT only
@@ -79,6 +80,7 @@ BETTER: Mapping[str, Better] = MappingProxyType(
         "macs": "higher",
         "host_macs": "lower",  # work that moved off the DUT (or a host op grew)
         "cycles": "lower",  # the same work took longer (see _moved_onto_the_dut)
+        "syncs": "lower",  # the DUT stalled for the host once more (each costs cycles too)
     }
 )
 
@@ -374,11 +376,11 @@ def _parse_entry(nodeid: str, entry: Any) -> Figures:
             raise _Invalid(f"{where} has an unknown figure {_show(name)} (known: {known})")
         if type(value) is not int or value < 0:
             raise _Invalid(f"{where} figure {_show(name)} is {_show(value)}, not an integer >= 0")
-    for name in CORE_FIGURES:
+    for name in REQUIRED_CORE_FIGURES:
         if name not in entry:
             raise _Invalid(f"{where} has no figure {_show(name)}")
-    # host_macs came later: an entry recorded before it has the other four, and its host_macs
-    # is "not measured" (never compared) until the next update records it.
+    # host_syncs, host_macs and syncs came later: an entry recorded before them has the other
+    # figures, and theirs are "not measured" (never compared) until the next update records them.
     asic = [name for name in ASIC_FIGURES if name in entry]
     if asic and not all(name in entry for name in REQUIRED_ASIC_FIGURES):
         absent = ", ".join(name for name in REQUIRED_ASIC_FIGURES if name not in entry)

@@ -24,17 +24,23 @@ BreakKind = Literal[
     "recompile",  # more recompiles than the marker's max_recompiles allows
     "host_fallback",  # under the ASIC backend, a matmul-class op ran on the host, not the DUT
     "compile_error",  # Dynamo raised to the caller (fullgraph, fake-tensor error): nothing ran
+    "host_sync",  # a compiled graph made the host wait for a device value (.item(), a mask)
 ]
 BREAK_KINDS: tuple[str, ...] = get_args(BreakKind)
 
-CORE_FIGURES = ("graphs", "graph_breaks", "eager_frames", "recompiles")
-ASIC_FIGURES = ("dut_ops", "host_fallbacks", "macs", "host_macs", "cycles")
-#: The ASIC figures every ASIC entry has. ``host_macs`` came later: a baseline or report written
+CORE_FIGURES = ("graphs", "graph_breaks", "eager_frames", "recompiles", "host_syncs")
+#: The core figures every entry has. ``host_syncs`` came later: a baseline or report written
 #: before it lacks it, and there it is "not measured" (``None``), never zero.
+REQUIRED_CORE_FIGURES = ("graphs", "graph_breaks", "eager_frames", "recompiles")
+ASIC_FIGURES = ("dut_ops", "host_fallbacks", "macs", "host_macs", "cycles", "syncs")
+#: The ASIC figures every ASIC entry has. ``host_macs`` and ``syncs`` came later: a baseline or
+#: report written before them lacks them, and there they are "not measured" (``None``), never 0.
 REQUIRED_ASIC_FIGURES = ("dut_ops", "host_fallbacks", "macs", "cycles")
 ALL_FIGURES = CORE_FIGURES + ASIC_FIGURES
 #: ``BreakEvent.gb_type`` of a host fallback is this prefix and the op (``Host fallback: conv2d``).
 HOST_FALLBACK_PREFIX = "Host fallback: "
+#: The kinds whose events count the calls that ran them (``BreakEvent.calls``).
+COUNTED_KINDS = ("host_fallback", "host_sync")
 _GB_ID = re.compile(r"GB\d+")
 #: The op families the DUT's share of MACs is shown by (``asic_backend.device.GEMM_FAMILIES``,
 #: restated because this module must not import the simulator, which imports torch).
@@ -107,7 +113,10 @@ class BreakEvent:
     A ``host_fallback`` event stands for every site where one op ran on the host for one reason:
     ``file``/``line`` is the first of them, ``also_at`` the others; ``calls`` and ``macs`` are
     the calls and host MACs of all of them, and ``detail`` the operand shapes of the first call.
-    Other kinds leave these ``None``/empty.
+    A ``host_sync`` event is one place of the user's code where a compiled graph made the host
+    wait for a device value: ``gb_type`` is the op as the user wrote it (``Tensor.item``),
+    ``calls`` how many times it ran (each a device→host round trip) and ``detail`` the form
+    that made it one (``data-dependent scalar``). Other kinds leave these ``None``/empty.
     """
 
     kind: BreakKind
@@ -175,7 +184,8 @@ class BreakEvent:
         """The event as it appears under ``breaks`` in the JSON report.
 
         A host fallback adds ``calls`` and ``macs`` (host MACs), summed over all its sites, the
-        first call's operand shapes ``detail`` and its other sites ``also_at``. A
+        first call's operand shapes ``detail`` and its other sites ``also_at``; a host sync
+        ``calls`` and its form ``detail``. A
         chained break adds ``chain`` (its ids, root first), a break reached through the user's
         calls ``call_sites`` (innermost first), one inside a library ``library``, and one the
         fixes table knows ``fix`` (:mod:`pytest_nobreak.fixes`). The user's ``source`` line,
@@ -190,9 +200,10 @@ class BreakEvent:
             "line": self.line,
             "reason": self.reason,
         }
-        if self.kind == "host_fallback":
+        if self.kind in COUNTED_KINDS:
             out["calls"] = self.calls
-            out["macs"] = self.macs
+            if self.kind == "host_fallback":
+                out["macs"] = self.macs
             if self.detail:
                 out["detail"] = self.detail
             if self.also_at:
@@ -296,22 +307,28 @@ class Figures:
     Which way each figure should move is ``baseline.BETTER`` (only ``dut_ops`` is "higher is
     better"). ASIC figures are ``None`` when the test ran no ASIC backend; ``macs`` are the MACs
     the DUT did, ``host_macs`` those of its host fallbacks (``None`` alone in an entry written
-    before that figure existed).
+    before that figure existed); ``syncs`` the host syncs the DUT stalled for (each adds
+    ``AsicConfig.sync_cycles`` to ``cycles``). ``host_syncs`` are the device→host round trips
+    the test's compiled graphs executed (``None`` alone in an entry written before it existed).
     """
 
     graphs: int = 0
     graph_breaks: int = 0
     eager_frames: int = 0
     recompiles: int = 0
+    host_syncs: int | None = None
     dut_ops: int | None = None
     host_fallbacks: int | None = None
     macs: int | None = None
     host_macs: int | None = None
     cycles: int | None = None
+    syncs: int | None = None
 
     def core(self) -> dict[str, int]:
-        """The figures every watched test has."""
-        return {name: getattr(self, name) for name in CORE_FIGURES}
+        """The figures every watched test has (``host_syncs`` left out where not measured)."""
+        return {
+            name: getattr(self, name) for name in CORE_FIGURES if getattr(self, name) is not None
+        }
 
     def asic(self) -> dict[str, int] | None:
         """The ASIC figures that were measured; ``None`` when the test ran no ASIC backend."""

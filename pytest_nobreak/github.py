@@ -29,6 +29,7 @@ _SUMMARY_FIGURES = (
     "graph_breaks",
     "eager_frames",
     "recompiles",
+    "host_syncs",
     "dut_ops",
     "macs",
     "host_macs",
@@ -49,7 +50,8 @@ def workflow_commands(
 
     One annotation per distinct break the reports name (``TestRecord.reported_breaks``), at
     its file and line, naming the tests it occurred in: ``error`` when it failed a marked test
-    or, with ``fail_unmarked``, the run; ``warning`` when it was only observed. Baseline
+    or, with ``fail_unmarked``, the run; ``warning`` when it was only observed. A host sync's
+    says how often the host waited there (its calls, summed over those tests). Baseline
     regressions and missing entries are ``error`` when they fail the run and ``warning`` when
     they do not. Paths are made relative to ``workspace`` (``GITHUB_WORKSPACE``) so GitHub can
     attach them to the diff; relative paths (test ids, and break files as the plugin records
@@ -65,7 +67,8 @@ def workflow_commands(
 def step_summary_markdown(records: Sequence[TestRecord], comparison: Comparison | None) -> str:
     """A markdown section with one row per test, for ``$GITHUB_STEP_SUMMARY``.
 
-    Figures that moved against the baseline show ``before → after``, in bold when they regressed.
+    Figures that moved against the baseline show ``before → after``, in bold when they regressed;
+    ``syncs`` are the test's host syncs (``host_syncs``), ``–`` where not measured.
     Beyond :data:`MAX_ROWS` tests, only those with breaks, a non-passing outcome or a baseline
     change are listed.
     """
@@ -77,9 +80,12 @@ def step_summary_markdown(records: Sequence[TestRecord], comparison: Comparison 
         shown = [r for r in rows if statuses[r.nodeid] != "passed" or r.reported_breaks]
         shown = shown[:MAX_ROWS]
 
-    broken = sum(1 for r in rows if r.reported_breaks)
+    broken = sum(1 for r in rows if any(e.kind != "host_sync" for e in r.reported_breaks))
+    syncing = sum(1 for r in rows if any(e.kind == "host_sync" for e in r.reported_breaks))
     out = ["### pytest-nobreak", ""]
     out.append(f"{len(rows)} watched tests, {broken} with graph breaks or eager fallbacks.")
+    if syncing:
+        out[-1] += f" {syncing} with host syncs."
     if comparison is not None:
         out[-1] += (
             f" Baseline: {len(comparison.regressions)} regressed figures,"
@@ -93,9 +99,9 @@ def step_summary_markdown(records: Sequence[TestRecord], comparison: Comparison 
             )
     out += [
         "",
-        "| test | graphs | breaks | eager | recompiles | dut_ops | macs | host_macs | cycles "
-        "| status |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| test | graphs | breaks | eager | recompiles | syncs | dut_ops | macs | host_macs "
+        "| cycles | status |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for record in shown:
         moved = {change.figure: change for change in changes.get(record.nodeid, ())}
@@ -158,6 +164,7 @@ def _break_annotations(
     # A model shared by many tests breaks at the same line in each; GitHub shows only a few
     # annotations per step, so one per distinct break, listing the tests, keeps them all visible.
     found: dict[tuple[str, int, str, str, str, str], tuple[BreakEvent, Level, list[str]]] = {}
+    calls: dict[tuple[str, int, str, str, str, str], int] = {}  # a host sync's, over its tests
     for record in records:
         failed = record.outcome == "failed" if record.marked else fail_unmarked
         level: Level = "error" if failed else "warning"
@@ -174,14 +181,19 @@ def _break_annotations(
             if record.nodeid not in tests:
                 tests.append(record.nodeid)
             found[key] = (event, "error" if "error" in (old_level, level) else "warning", tests)
+            if event.kind == "host_sync" and event.calls is not None:
+                calls[key] = calls.get(key, 0) + event.calls
     lines = []
-    for _, (event, level, tests) in sorted(found.items(), key=lambda item: item[0]):
+    for site, (event, level, tests) in sorted(found.items(), key=lambda item: item[0]):
         title = event.kind.replace("_", " ")
         if event.gb_id:
             title += f" {event.gb_id}"
         if event.gb_type:
             title += f": {event.title}"
-        message = f"{event.reason or event.gb_type}\n{_tests_phrase(tests)}"
+        why = event.reason or event.gb_type
+        if site in calls:  # how often the host waited there, in all the tests named
+            why += f" (x{calls[site]} calls)" if calls[site] != 1 else " (1 call)"
+        message = f"{why}\n{_tests_phrase(tests)}"
         path = _relative(event.file, workspace, rootdir) if event.file else None
         lines.append(_command(level, message, file=path, line=event.line, title=title))
     return lines

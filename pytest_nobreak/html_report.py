@@ -39,7 +39,13 @@ from pytest_nobreak.events import (
     op_family,
 )
 from pytest_nobreak.json_report import ROOFS_KEY, TestRecord
-from pytest_nobreak.render import KIND_LABELS, event_line, host_fallback_summary, percent
+from pytest_nobreak.render import (
+    KIND_LABELS,
+    calls_text,
+    event_line,
+    host_fallback_summary,
+    percent,
+)
 
 __all__ = ["HtmlReportError", "check_html_path", "render_html", "write_html"]
 
@@ -53,6 +59,12 @@ _COLUMNS = (
     ("graph_breaks", "breaks", "graph breaks"),
     ("eager_frames", "eager", "frames that ran eagerly"),
     ("recompiles", "recomp", "recompiles"),
+    (
+        "host_syncs",
+        "syncs",
+        "host syncs: times a compiled graph made the host wait for a device value"
+        " (.item(), a boolean mask, nonzero, unique, a copy to the host); '-': not measured",
+    ),
     ("dut_ops", "dut ops", "GEMMs run on the DUT"),
     ("host_fallbacks", "host", "matmul-class calls that ran on the host"),
     ("dut_share", "dut%", "share of the test's MACs that ran on the DUT"),
@@ -63,6 +75,7 @@ _COLUMNS = (
 _FLAGS = (
     ("breaks", "breaks"),
     ("host", "host fallbacks"),
+    ("syncs", "host syncs"),
     ("recompiles", "recompiles"),
     ("regressed", "regressions"),
 )
@@ -96,6 +109,7 @@ def render_html(
         _controls(rows),
         _table(rows, asic=asic, baselined=comparison is not None, missing=missing),
         _host_summary(rows),
+        _sync_summary(rows),
         _roofline(document, rows),
     ]
     return _PAGE.format(
@@ -122,6 +136,21 @@ class _Row:
         return [e for e in self.record.breaks if e.kind == "host_fallback"]
 
     @property
+    def sync_events(self) -> list[BreakEvent]:
+        return [e for e in self.record.breaks if e.kind == "host_sync"]
+
+    @property
+    def stalled_cycles(self) -> int | None:
+        """The DUT cycles the test's host syncs cost: its cycles beyond those of its GEMMs
+        (each sync the device stalled for adds a fixed cost to ``cycles``); ``None`` when it
+        stalled for none, or the figures do not tell."""
+        figures = self.record.figures
+        if not figures.syncs or figures.cycles is None:
+            return None
+        stalled = figures.cycles - sum(g.cycles * g.calls for g in self.record.gemms)
+        return stalled if stalled > 0 else None
+
+    @property
     def utilization(self) -> float | None:
         """The cycle-weighted mean of the GEMMs' utilization (the test's MACs over what the
         array could have done in its cycles, on one device)."""
@@ -136,11 +165,13 @@ class _Row:
         if (
             figures.graph_breaks
             or figures.eager_frames
-            or any(e.kind != "host_fallback" for e in self.record.breaks)
+            or any(e.kind not in _NOT_BREAKS for e in self.record.breaks)
         ):
             out.append("breaks")
         if self.host_events or self.record.figures.host_fallbacks:
             out.append("host")
+        if self.sync_events or figures.host_syncs or figures.syncs:
+            out.append("syncs")
         if self.record.figures.recompiles:
             out.append("recompiles")
         if self.regressed:
@@ -148,7 +179,14 @@ class _Row:
         return out
 
     def has_details(self) -> bool:
-        return bool(self.record.breaks or self.record.recompile_reasons or self.record.gemms)
+        record = self.record
+        return bool(
+            record.breaks or record.recompile_reasons or record.gemms or record.figures.syncs
+        )
+
+
+#: The kinds of event that are no break of the graph: it ran whole, on the host or waiting.
+_NOT_BREAKS = ("host_fallback", "host_sync")
 
 
 # --------------------------------------------------------------------------- sections
@@ -182,6 +220,10 @@ def _header(
     with_breaks = sum(1 for r in rows if "breaks" in r.flags())
     with_host = sum(1 for r in rows if "host" in r.flags())
     counts += [f"{with_breaks} with breaks", f"{with_host} with host fallbacks"]
+    if any(r.record.figures.host_syncs is not None or r.sync_events for r in rows):
+        # Not on the page of a report written before host syncs were counted: there "0 with
+        # host syncs" would be a figure nobody measured.
+        counts.append(f"{sum(1 for r in rows if 'syncs' in r.flags())} with host syncs")
     dl = "".join(f"<div><dt>{_text(k)}</dt><dd>{_text(v)}</dd></div>" for k, v in facts)
     return (
         f"<header><h1>{_text(title)}</h1><dl class='facts'>{dl}</dl>"
@@ -230,7 +272,7 @@ def _table(rows: Sequence[_Row], *, asic: bool, baselined: bool, missing: set[st
     )
 
 
-_CORE = ("graphs", "graph_breaks", "eager_frames", "recompiles")
+_CORE = ("graphs", "graph_breaks", "eager_frames", "recompiles", "host_syncs")
 
 
 def _tbody(
@@ -295,14 +337,16 @@ def _change_cell(row: _Row, missing: bool) -> str:
 def _details(row: _Row) -> str:
     record = row.record
     out = []
-    if record.gemms or row.host_events:
+    if record.gemms or row.host_events or record.figures.syncs:
         out.append(_dut_section(row))
-    problems = [e for e in record.breaks if e.kind != "host_fallback"]
+    problems = [e for e in record.breaks if e.kind not in _NOT_BREAKS]
     if problems:
         out.append("<h3>Breaks</h3>" + "".join(_event(e) for e in problems))
     if row.host_events:
         out.append("<h3>Host fallbacks</h3>" + _host_table(row.host_events))
         out.append("".join(_event(e) for e in row.host_events))
+    if row.sync_events:
+        out.append("<h3>Host syncs</h3>" + "".join(_event(e) for e in row.sync_events))
     if record.recompile_reasons:
         items = "".join(f"<li><code>{_text(r)}</code></li>" for r in record.recompile_reasons)
         out.append(f"<h3>Recompiles</h3><ol class='reasons'>{items}</ol>")
@@ -318,6 +362,8 @@ def _dut_section(row: _Row) -> str:
         facts.append(f"utilization {percent(row.utilization)}")
     if figures.dut_share is not None:
         facts.append(f"{percent(figures.dut_share)} of the MACs on the DUT")
+    if figures.syncs:
+        facts.append(_syncs_text(figures.syncs, row.stalled_cycles))
     bars = _family_bars(row.record.gemms, row.host_events)
     gemms = _gemm_table(row.record.gemms) if row.record.gemms else ""
     return f"<h3>On the DUT</h3><p>{_text(', '.join(facts))}</p>{bars}{gemms}"
@@ -427,6 +473,11 @@ def _event(event: BreakEvent) -> str:
         if event.detail:
             summary += f"; first call {event.detail}"
         parts.append(f"<p class='cost'>{_text(summary)}</p>")
+    elif event.kind == "host_sync":
+        summary = calls_text(event.calls or 1) + ", each a device→host round trip"
+        if event.detail:
+            summary += f"; {event.detail}"
+        parts.append(f"<p class='cost'>{_text(summary)}</p>")
     if event.library:
         parts.append(f"<p class='library'>inside {_text(event.library)}</p>")
     if event.hints:
@@ -463,6 +514,12 @@ def _source(event: BreakEvent) -> str:
     return ""
 
 
+def _syncs_text(syncs: int, stalled: int | None) -> str:
+    """``3 host syncs (3,000 cycles stalled)``; the cycles only when known."""
+    what = f"{syncs:,} host sync{'s' if syncs != 1 else ''}"
+    return what + (f" ({stalled:,} cycles stalled)" if stalled else "")
+
+
 def _host_summary(rows: Sequence[_Row]) -> str:
     """The run's host fallbacks by op: which tests, how many calls and MACs."""
     ops: dict[str, list[tuple[str, BreakEvent]]] = {}
@@ -488,16 +545,48 @@ def _host_summary(rows: Sequence[_Row]) -> str:
     )
 
 
+def _sync_summary(rows: Sequence[_Row]) -> str:
+    """The run's host syncs by op: in what form, which tests, how many calls."""
+    ops: dict[str, list[tuple[str, BreakEvent]]] = {}
+    for row in rows:
+        for event in row.sync_events:
+            ops.setdefault(event.title, []).append((row.record.nodeid, event))
+    if not ops:
+        return ""
+    lines = []
+    for op, seen in sorted(
+        ops.items(), key=lambda kv: (-sum(e.calls or 1 for _, e in kv[1]), kv[0])
+    ):
+        tests = len({nodeid for nodeid, _ in seen})
+        calls = sum(e.calls or 1 for _, e in seen)
+        forms = ", ".join(dict.fromkeys(e.detail for _, e in seen if e.detail))
+        lines.append(
+            f"<tr><td><code>{_text(op)}</code></td><td>{_text(forms)}</td>"
+            f"<td class='num'>{tests}</td><td class='num'>{calls:,}</td></tr>"
+        )
+    return (
+        "<section id='sync-ops'><h2>Host syncs by op</h2><table class='host'><thead><tr>"
+        "<th>op</th><th>form</th><th>tests</th><th>calls</th></tr></thead>"
+        f"<tbody>{''.join(lines)}</tbody></table></section>"
+    )
+
+
 def _roofline(document: Mapping[str, Any], rows: Sequence[_Row]) -> str:
-    """The run's distinct DUT GEMMs on the ``--asic-roofline`` chart (the same drawing)."""
+    """The run's distinct DUT GEMMs on the ``--asic-roofline`` chart (the same drawing); each
+    point's tooltip names the host syncs the DUT stalled for in the tests that ran it."""
     from pytest_nobreak.roofline import Point, Roof, render_svg
 
     roofs_data = document.get(ROOFS_KEY) or {}
     points: dict[tuple[Any, ...], Point] = {}
+    # The tests with host syncs that ran each GEMM (each test once per GEMM).
+    stalled_by: dict[tuple[Any, ...], dict[str, _Row]] = {}
     for row in rows:
         for g in row.record.gemms:
             if g.device not in roofs_data:
                 continue
+            key = (g.device, g.family, g.m, g.k, g.n)
+            if row.record.figures.syncs:
+                stalled_by.setdefault(key, {})[row.record.nodeid] = row
             point = Point(
                 device=g.device,
                 layer=f"{g.family} {g.m}×{g.k}×{g.n}",
@@ -508,9 +597,17 @@ def _roofline(document: Mapping[str, Any], rows: Sequence[_Row]) -> str:
                 mapping_efficiency=g.mapping_efficiency,
                 compute_utilization=g.compute_utilization,
             )
-            points.setdefault((g.device, g.family, g.m, g.k, g.n), point)
+            points.setdefault(key, point)
     if not points:
         return ""
+    for key, tests in stalled_by.items():
+        stalls = [r.stalled_cycles for r in tests.values()]
+        points[key] = dataclasses.replace(
+            points[key],
+            syncs=sum(r.record.figures.syncs or 0 for r in tests.values()),
+            # The cost only when every one of those tests' costs is known: never a part of it.
+            stalled_cycles=None if None in stalls else sum(c or 0 for c in stalls),
+        )
     roofs = [Roof(key, **fields) for key, fields in sorted(roofs_data.items())]
     ordered = [points[key] for key in sorted(points)]
     svg = render_svg(
@@ -609,7 +706,7 @@ _PAGE = """<!DOCTYPE html>
 
 _STYLE = """
 :root { --fg: #1b1f24; --muted: #57606a; --line: #d0d7de; --bad: #cf222e; --good: #1a7f37;
-  --warn: #9a6700; --dut: #2da44e; --host: #e5534b; --mark: #fff8c5; }
+  --warn: #9a6700; --dut: #2da44e; --host: #e5534b; --sync: #8250df; --mark: #fff8c5; }
 * { box-sizing: border-box; }
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif;
   color: var(--fg); margin: 0 24px 48px; }
@@ -648,6 +745,8 @@ button.open[aria-expanded=true]::before { content: "▾ "; }
 tr.detail > td { background: #f6f8fa; padding: 8px 16px 16px; }
 .event { border-left: 3px solid var(--bad); padding: 2px 12px; margin: 8px 0; background: #fff; }
 .event.host_fallback { border-color: var(--host); }
+.event.host_sync { border-color: var(--sync); border-left-style: dashed; }
+.event.host_sync .cost { color: var(--sync); }
 .event.recompile { border-color: var(--warn); }
 .event .what { font-weight: 600; margin: 6px 0 2px; }
 .event .label { color: var(--muted); margin: 6px 0 2px; font-size: 12px; }

@@ -15,9 +15,11 @@ PREFIX = "nobreak_"
 
 
 def junit_properties(record: TestRecord) -> list[tuple[str, object]]:
-    """``[("nobreak_graphs", 1), ("nobreak_graph_breaks", 0), ...]``: every measured figure,
-    then a ``nobreak_break`` per break the reports name (for an unmarked test, the only place
-    in the JUnit file its breaks show: it is not failed for them)."""
+    """``[("nobreak_graphs", 1), ("nobreak_graph_breaks", 0), ...]``: every measured figure
+    (``nobreak_host_syncs``, and the ASIC's ``nobreak_syncs``, when measured), then a
+    ``nobreak_break`` per break or host sync the reports name, as the terminal table lists it
+    (for an unmarked test, the only place in the JUnit file its breaks show: it is not failed
+    for them)."""
     figures = [(PREFIX + name, value) for name, value in record.figures.as_dict().items()]
     breaks = [(PREFIX + "break", event_line(event)) for event in record.reported_breaks]
     return [*figures, *breaks]

@@ -6,14 +6,19 @@ import dataclasses
 import difflib
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 MARKER = "no_graph_break"
 MARKER_DOC = (
-    f"{MARKER}(max_recompiles=None, allow=(), allow_host_fallback=False): fail the test on any "
-    "torch.compile graph break, eager fallback or (under --asic-backend) host fallback. "
-    "allow: regexes of known breaks to tolerate; max_recompiles: gate recompiles."
+    f"{MARKER}(max_recompiles=None, allow=(), allow_host_fallback=False, max_host_syncs=None): "
+    "fail the test on any torch.compile graph break, eager fallback or (under --asic-backend) "
+    "host fallback or host sync. allow: regexes of known breaks to tolerate; max_recompiles: "
+    "gate recompiles; max_host_syncs: gate device-to-host syncs (default under --asic-backend: 0)."
 )
+
+
+#: ``max_host_syncs`` when the marker does not give it: the backend decides.
+BACKEND_DEFAULT: Literal["backend"] = "backend"
 
 
 class MarkerError(ValueError):
@@ -24,13 +29,19 @@ class MarkerError(ValueError):
 class NoGraphBreakOptions:
     """Validated options of one test's ``@pytest.mark.no_graph_break(...)``.
 
-    >>> NoGraphBreakOptions.from_kwargs({"allow": [r"GB0170"]}, where="t.py::test")
-    NoGraphBreakOptions(max_recompiles=None, allow=('GB0170',), allow_host_fallback=False)
+    >>> options = NoGraphBreakOptions.from_kwargs({"allow": [r"GB0170"]}, where="t.py::test")
+    >>> options.allow, options.max_host_syncs
+    (('GB0170',), 'backend')
+
+    ``max_host_syncs`` not given leaves host syncs to the backend's default (``"backend"``):
+    none allowed on the simulated ASIC (``--asic-backend``), reported but not failed under any
+    other; ``max_host_syncs=None`` reports them and fails on none, whatever the backend.
     """
 
     max_recompiles: int | None = None
     allow: tuple[str, ...] = ()
     allow_host_fallback: bool = False
+    max_host_syncs: int | None | Literal["backend"] = BACKEND_DEFAULT
 
     @classmethod
     def from_kwargs(
@@ -61,6 +72,14 @@ class NoGraphBreakOptions:
         ):
             raise fail(f"max_recompiles must be a non-negative int or None, got {max_recompiles!r}")
 
+        max_host_syncs = kwargs.get("max_host_syncs", BACKEND_DEFAULT)
+        if "max_host_syncs" in kwargs and max_host_syncs is not None and (
+            isinstance(max_host_syncs, bool)
+            or not isinstance(max_host_syncs, int)
+            or max_host_syncs < 0
+        ):
+            raise fail(f"max_host_syncs must be a non-negative int or None, got {max_host_syncs!r}")
+
         allow_raw = kwargs.get("allow", ())
         if isinstance(allow_raw, (str, re.Pattern)):
             allow_raw = (allow_raw,)
@@ -84,4 +103,5 @@ class NoGraphBreakOptions:
             max_recompiles=max_recompiles,
             allow=tuple(allow),
             allow_host_fallback=allow_host_fallback,
+            max_host_syncs=max_host_syncs,
         )

@@ -10,7 +10,8 @@ baseline; they select with ``-k``, and every xdist worker collects the same ones
   fallbacks are ``on_dut``'s business);
 - ``no_recompile``: three calls with other batch and sequence sizes; at most one recompile
   (the one that makes the sizes dynamic), with the failed guard named;
-- ``on_dut`` (under ``--asic-backend``): no host fallback, no host MAC, and the output within
+- ``on_dut`` (under ``--asic-backend``): no host fallback, no host MAC, no host sync (each
+  one stalls the device), and the output within
   the int8 error bound of the fp32 eager output (:mod:`asic_backend.tolerance`);
 - ``benchmark`` (with ``--benchmark-enable``): the compiled call timed by pytest-benchmark, the
   simulated figures of one call in ``extra_info`` under ``--asic-backend``.
@@ -61,12 +62,13 @@ MAX_TIMEOUT_S = 86400.0
 #: Below this, an fp32 output is zero in all but name (deep stacks of default-initialized
 #: layers shrink activations to 1e-26): an error relative to it measures nothing.
 VANISHING = 1e-6
-#: The marker options of each check (``on_dut`` alone fails on host fallbacks).
+#: The marker options of each check (``on_dut`` alone fails on host fallbacks and, under the
+#: ASIC, on host syncs; the others report them).
 _MARKS: dict[str, dict[str, Any]] = {
-    "compiles_whole": {"allow_host_fallback": True},
-    "no_recompile": {"allow_host_fallback": True, "max_recompiles": 1},
+    "compiles_whole": {"allow_host_fallback": True, "max_host_syncs": None},
+    "no_recompile": {"allow_host_fallback": True, "max_recompiles": 1, "max_host_syncs": None},
     "on_dut": {},
-    "benchmark": {"allow_host_fallback": True},
+    "benchmark": {"allow_host_fallback": True, "max_host_syncs": None},
 }
 
 

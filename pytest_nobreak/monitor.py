@@ -115,6 +115,13 @@ class CompileReport:
         return len(self.recompile_reasons)
 
     @property
+    def host_syncs(self) -> int:
+        """Device→host round trips the block's compiled graphs executed (``.item()``, a
+        data-dependent shape; see :mod:`asic_backend.host_syncs`): each sync node of a graph,
+        once per call of the graph. Final when the block ends."""
+        return sum(e.calls or 0 for e in self.events if e.kind == "host_sync")
+
+    @property
     def breaks(self) -> tuple[BreakEvent, ...]:
         return tuple(self.events)
 
@@ -149,9 +156,10 @@ class CompileReport:
             graph_breaks=self.graph_breaks,
             eager_frames=self.eager_frames,
             recompiles=self.recompiles,
+            host_syncs=self.host_syncs,
         )
         asic = self.asic
-        if asic is None or not (asic.dut_ops or asic.host_fallbacks):
+        if asic is None or not (asic.dut_ops or asic.host_fallbacks or asic.syncs):
             return core  # the ASIC never ran: its figures are "not measured", not zero
         return dataclasses.replace(
             core,
@@ -160,6 +168,7 @@ class CompileReport:
             macs=asic.macs,
             host_macs=asic.host_macs,
             cycles=asic.cycles,
+            syncs=asic.syncs,
         )
 
     # ----------------------------------------------------------------- verdict
@@ -170,16 +179,25 @@ class CompileReport:
         allow: Sequence[str | re.Pattern[str]] = (),
         max_recompiles: int | None = None,
         allow_host_fallback: bool = False,
+        max_host_syncs: int | None = None,
     ) -> list[BreakEvent]:
-        """The breaks that fail a check with these options, in order."""
+        """The breaks that fail a check with these options, in order.
+
+        Host syncs are problems only with ``max_host_syncs``, and only when the syncs the
+        block executed (those ``allow`` does not match) are more than that: then each of them
+        is listed.
+        """
         patterns = [re.compile(p) if isinstance(p, str) else p for p in allow]
-        out = []
+        out: list[BreakEvent] = []
+        syncs: list[BreakEvent] = []
         for event in self.events:
             if event.kind == "host_fallback" and allow_host_fallback:
                 continue
             if any(p.search(allow_text(event)) for p in patterns):
                 continue
-            out.append(event)
+            (syncs if event.kind == "host_sync" else out).append(event)
+        if max_host_syncs is not None and sum(e.calls or 0 for e in syncs) > max_host_syncs:
+            out.extend(syncs)
         if max_recompiles is not None and self.recompiles > max_recompiles:
             site = self.recompile_site or Location()
             out.append(
@@ -203,12 +221,26 @@ class CompileReport:
         allow: Sequence[str | re.Pattern[str]] = (),
         max_recompiles: int | None = None,
         allow_host_fallback: bool = False,
+        max_host_syncs: int | None = None,
         title: str = "torch.compile did not run as whole graphs",
     ) -> None:
         """Raise ``GraphBreakError`` listing every break not allowed by the options; its
-        message says how to allow them with these same options."""
+        message says how to allow them with these same options.
+
+        Host syncs fail it only with ``max_host_syncs=N``, when the block executed more than
+        ``N`` (``0``: any sync fails).
+        """
+        if max_host_syncs is not None and (
+            isinstance(max_host_syncs, bool)
+            or not isinstance(max_host_syncs, int)
+            or max_host_syncs < 0
+        ):
+            raise TypeError(f"max_host_syncs must be a non-negative int, got {max_host_syncs!r}")
         problems = self.problems(
-            allow=allow, max_recompiles=max_recompiles, allow_host_fallback=allow_host_fallback
+            allow=allow,
+            max_recompiles=max_recompiles,
+            allow_host_fallback=allow_host_fallback,
+            max_host_syncs=max_host_syncs,
         )
         if problems:
             message = self.render(problems, title=title, spelling="check")
@@ -279,6 +311,8 @@ class Monitor:
         self._limit_hits: list[tuple[tc.RawLimitHit, Location | None]] = []
         self._last_recompile: Location | None = None
         self._skip_compile_ids: set[str | None] = set()
+        #: id(graph) -> [graph, calls]: the calls of each compiled graph that has host syncs.
+        self._sync_calls: dict[int, list[Any]] = {}
 
     @property
     def root(self) -> str:
@@ -333,6 +367,7 @@ class Monitor:
         if run is not None:
             report.run_macs = run.macs + run.host_macs
         self._collect_host_fallbacks()
+        self._collect_host_syncs()
         return report
 
     def _exit_notices(self) -> None:
@@ -435,6 +470,15 @@ class Monitor:
             if self.report.recompile_site is None:
                 self.report.recompile_site = site
 
+    def on_host_syncs(self, raw: tc.RawGraphSyncs) -> None:
+        # On every call of a graph with syncs: kept cheap, the events are made at the end.
+        with self._lock:
+            entry = self._sync_calls.get(id(raw))
+            if entry is None:
+                self._sync_calls[id(raw)] = [raw, 1]
+            else:
+                entry[1] += 1
+
     def on_limit_hit(self, raw: tc.RawLimitHit) -> None:
         # Dynamo warns while compiling the recompile that hit the limit: the last one seen.
         with self._lock:
@@ -532,6 +576,37 @@ class Monitor:
                     library=location.library,
                 )
             )
+
+    def _collect_host_syncs(self) -> None:
+        """One event per op at each place of the user's code, with the calls that ran it: a
+        graph compiled twice (a recompile) or a helper's sync reached from one line is one
+        entry."""
+        merged: dict[tuple[object, ...], BreakEvent] = {}
+        for graph, calls in self._sync_calls.values():
+            for site in graph.sites:
+                location = self._locate(site.stack)
+                event = BreakEvent(
+                    kind="host_sync",
+                    gb_type=site.op,
+                    reason=(
+                        f"the host waits for a device value ({site.form}): on an accelerator "
+                        "the device drains its queue, copies the value back and idles until the "
+                        "host decides what comes next"
+                    ),
+                    detail=site.form,
+                    calls=site.count * calls,
+                    fix=site.fix,
+                    **_where(location),
+                )
+                key = event.dedupe_key()
+                known = merged.get(key)
+                merged[key] = (
+                    event
+                    if known is None
+                    else dataclasses.replace(known, calls=(known.calls or 0) + (event.calls or 0))
+                )
+        for event in merged.values():
+            self.report.add(event)
 
     def _display(self, file: str | None) -> str | None:
         return None if file is None else display_path(file, self.root)

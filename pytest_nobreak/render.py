@@ -28,6 +28,7 @@ KIND_LABELS = {
     "recompile": "too many recompiles",
     "host_fallback": "host fallback (ran on the host, not the DUT)",
     "compile_error": "compile error (raised to the caller, nothing ran)",
+    "host_sync": "host sync (the host waited for a device value)",
 }
 
 #: How a failure message spells the options that tolerate a break: the marker's or ``check()``'s.
@@ -80,13 +81,17 @@ def host_fallback_summary(event: BreakEvent, run_macs: int | None = None) -> str
 
     ``run_macs`` is every MAC (DUT and host) the test ran; without it the share is left out.
     """
-    calls = event.calls or 1
-    parts = [f"x{calls} calls" if calls > 1 else "1 call"]
+    parts = [calls_text(event.calls or 1)]
     if event.macs is not None:
         parts.append(f"{event.macs:,} host MACs")
         if run_macs:
             parts.append(f"{percent(event.macs / run_macs)} of the test's MACs")
     return ", ".join(parts)
+
+
+def calls_text(calls: int) -> str:
+    """``1 call``, ``x3 calls``."""
+    return f"x{calls} calls" if calls > 1 else "1 call"
 
 
 def event_line(event: BreakEvent) -> str:
@@ -99,6 +104,8 @@ def event_line(event: BreakEvent) -> str:
     what = event.title
     if event.kind == "host_fallback":
         what += f" ({host_fallback_summary(event)})"
+    elif event.kind == "host_sync":
+        what += f" ({calls_text(event.calls or 1)})"
     return f"{KIND_LABELS.get(event.kind, event.kind)}{gb} at {where}: {what}"
 
 
@@ -142,6 +149,8 @@ def render_event(
     total = count + sum(n for _, n in others)
     if host:
         cost = f"  ({host_fallback_summary(event, run_macs)})"
+    elif event.kind == "host_sync":
+        cost = f"  ({calls_text(event.calls or 1)})"
     else:
         cost = f"  (x{total})" if total > 1 else ""
     head = f"{prefix}{label}{ids}: {event.title}{cost}"
@@ -278,13 +287,21 @@ def allow_hint(problems: Sequence[BreakEvent], *, spelling: str = "marker") -> s
     """How to tolerate these breaks, naming the first one's id (or type) as the example: the
     root cause's id for a chain, which allows the whole chain.
 
-    When host fallbacks come after other breaks, a second line says how to accept them too.
+    When host fallbacks or host syncs come after other breaks, a line says how to accept them.
     """
     options = _OPTIONS_SPELLING[spelling]
     first = problems[0] if problems else None
     host = f"To accept host fallbacks: {options.format('allow_host_fallback=True')}."
-    if first is not None and first.kind == "host_fallback":
-        return host
+    syncs = sum(p.calls or 1 for p in problems if p.kind == "host_sync")
+    sync = (
+        f"To accept host syncs: {options.format(f'max_host_syncs={syncs}')} (the number this "
+        "run executed; the test fails when it executes more)."
+    )
+    if first is not None and first.kind in ("host_fallback", "host_sync"):
+        kinds = {p.kind for p in problems}
+        return "\n".join(
+            text for kind, text in (("host_sync", sync), ("host_fallback", host)) if kind in kinds
+        )
     if first is not None and first.kind == "recompile":
         hint = f"To accept more recompiles: {options.format('max_recompiles=N')}."
     else:
@@ -294,6 +311,8 @@ def allow_hint(problems: Sequence[BreakEvent], *, spelling: str = "marker") -> s
             f"To allow a known break: {options.format(allow)}"
             " (regexes searched in the id, type, reason and file:line)."
         )
+    if syncs:
+        hint += "\n" + sync
     if any(p.kind == "host_fallback" for p in problems):
         hint += "\n" + host
     return hint

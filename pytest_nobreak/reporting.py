@@ -29,7 +29,7 @@ from pytest_nobreak.baseline import (
     write_baseline,
 )
 from pytest_nobreak.config import NobreakConfig
-from pytest_nobreak.events import CORE_FIGURES, REQUIRED_ASIC_FIGURES, Figures
+from pytest_nobreak.events import REQUIRED_ASIC_FIGURES, REQUIRED_CORE_FIGURES, Figures
 from pytest_nobreak.json_report import TestRecord
 from pytest_nobreak.model_items import model_notes
 from pytest_nobreak.render import event_line, percent, short_path
@@ -323,11 +323,12 @@ class SessionReporter:
         if entry is None:
             return False
         known = entry.as_dict()
-        # A figure added after the entry was recorded (host_macs) is news, not a difference.
+        # A figure added after the entry was recorded (host_syncs, host_macs, syncs) is news,
+        # not a difference.
         now = {
             name: value
             for name, value in record.figures.as_dict().items()
-            if name in known or name in CORE_FIGURES + REQUIRED_ASIC_FIGURES
+            if name in known or name in REQUIRED_CORE_FIGURES + REQUIRED_ASIC_FIGURES
         }
         return known == now
 
@@ -398,12 +399,14 @@ def _reason(exc: BaseException) -> str:
 
 
 #: ``(figure, title)`` of the table's columns; ``dut%`` is derived, the share of the MACs that
-#: ran on the DUT (not stored anywhere: ``macs`` and ``host_macs`` are).
+#: ran on the DUT (not stored anywhere: ``macs`` and ``host_macs`` are). ``syncs`` are the host
+#: syncs the test's compiled graphs ran (``host_syncs``), shown when a test ran one.
 _COLUMNS = (
     ("graphs", "graphs"),
     ("graph_breaks", "breaks"),
     ("eager_frames", "eager"),
     ("recompiles", "recomp"),
+    ("host_syncs", "syncs"),
     ("dut_ops", "dut_ops"),
     ("host_fallbacks", "host"),
     ("dut%", "dut%"),
@@ -437,18 +440,25 @@ def _table_width(terminalreporter: Any) -> int | None:
 def figures_table(
     records: list[TestRecord], *, width: int | None = None, failing: Iterable[str] = ()
 ) -> list[tuple[str, str | None]]:
-    """One row per test with its figures and outcome, then its breaks (one line each); no
-    lines at all without a test.
+    """One row per test with its figures and outcome, then its breaks and host syncs (one line
+    each); no lines at all without a test.
 
     ``width``: fit every line in it. A node id too long for what the figures leave is
     shortened from the left (its end names the test), never the figures; a break line is cut
-    at the right. ``failing``: node ids whose breaks fail the run (shown red).
+    at the right. ``failing``: node ids whose breaks fail the run (shown red). The ``syncs``
+    column is there when a test ran a host sync: a column of zeros would only take the width
+    the node ids need (a test that did not measure them, from an older report, shows ``-``).
     """
     if not records:
         return []
     failing = set(failing)
     asic = any(r.figures.dut_ops is not None for r in records)
-    columns = [c for c in _COLUMNS if asic or c[0] not in _ASIC_COLUMNS]
+    syncs = any(r.figures.host_syncs for r in records)
+    columns = [
+        c
+        for c in _COLUMNS
+        if (asic or c[0] not in _ASIC_COLUMNS) and (syncs or c[0] != "host_syncs")
+    ]
     rows = [[_cell(r.figures, name) for name, _ in columns] for r in records]
     # As wide as the widest value (cycles of a big model run to 8 digits), so columns line up.
     widths = [

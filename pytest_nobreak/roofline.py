@@ -4,7 +4,9 @@ One or more devices (a :class:`Roof` each: peak ops/s and DRAM bandwidth) and th
 on them (a :class:`Point` per layer: arithmetic intensity and attained ops/s), drawn on log-log
 axes: each device's memory roof (``bandwidth · intensity``) rising to its ridge point, then its
 compute roof (``peak``). Points of the same layer share a number; the key beside the chart names
-the layers. Filled markers are compute-bound GEMMs, hollow ones memory-bound.
+the layers. Filled markers are compute-bound GEMMs, hollow ones memory-bound. Each marker's tooltip
+gives its figures: utilization and, when the tests that ran it made the device stall for host
+syncs, how many and the cycles they cost.
 
 >>> from pytest_nobreak.roofline import Point, Roof, render_svg
 >>> roof = Roof("default", peak_ops_per_s=32.8e12, bandwidth_bytes_per_s=100e9)
@@ -94,6 +96,10 @@ class Point:
     utilization: float | None = None
     mapping_efficiency: float | None = None
     compute_utilization: float | None = None
+    #: The host syncs the device stalled for in the tests that ran this layer, and the cycles
+    #: they cost (``None``: not measured, or the cost is not known).
+    syncs: int | None = None
+    stalled_cycles: int | None = None
 
 
 def render_svg(
@@ -348,9 +354,11 @@ def _points(
         x, y = axes.x(p.arithmetic_intensity), axes.y(p.attained_ops_per_s)
         colour = colours[p.device]
         fill = colour if p.bound == "compute" else "white"
+        syncs = f"data-syncs='{p.syncs}' " if p.syncs else ""
         out.append(
             f"<circle class='point' data-device={quoteattr(p.device)} "
-            f"data-layer={quoteattr(p.layer)} data-bound='{p.bound}' cx='{x:.1f}' cy='{y:.1f}' "
+            f"data-layer={quoteattr(p.layer)} data-bound='{p.bound}' {syncs}"
+            f"cx='{x:.1f}' cy='{y:.1f}' "
             f"r='5' fill='{fill}' stroke='{colour}' stroke-width='2'>"
             f"<title>{escape(_point_tooltip(p))}</title></circle>"
         )
@@ -400,6 +408,11 @@ def _point_tooltip(p: Point) -> str:
     ]
     if shares:
         text += "; " + ", ".join(f"{label} {_percent(value)}" for label, value in shares)
+    if p.syncs:
+        text += f"; {p.syncs:,} host sync{'s' if p.syncs != 1 else ''}"
+        if p.stalled_cycles:
+            text += f" ({p.stalled_cycles:,} cycles stalled)"
+        text += " in the tests that ran it"
     return text
 
 

@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_nobreak.baseline import Baseline, BaselineError, load_baseline
-from pytest_nobreak.config import NobreakConfig
+from pytest_nobreak.config import ASIC_BACKEND, NobreakConfig
 from pytest_nobreak.events import BreakEvent
 from pytest_nobreak.json_report import TestRecord
 from pytest_nobreak.junit import junit_properties
-from pytest_nobreak.markers import MARKER, MarkerError, NoGraphBreakOptions
+from pytest_nobreak.markers import BACKEND_DEFAULT, MARKER, MarkerError, NoGraphBreakOptions
 from pytest_nobreak.monitor import CompileReport, Monitor
 from pytest_nobreak.render import short_path
 from pytest_nobreak.sites import source_context
@@ -264,6 +264,7 @@ class NobreakSession:
             allow=options.allow,
             max_recompiles=options.max_recompiles,
             allow_host_fallback=options.allow_host_fallback,
+            max_host_syncs=self._max_host_syncs(options, record),
         )
         if not problems:
             return
@@ -273,6 +274,14 @@ class NobreakSession:
             item.add_report_section("call", "nobreak", message)
             return
         pytest.fail(message, pytrace=False)
+
+    def _max_host_syncs(self, options: NoGraphBreakOptions, record: TestRecord) -> int | None:
+        """The marker's ``max_host_syncs``; without it, none on the simulated ASIC (which
+        cannot run them: each one stops the device, as in the seed) and no limit elsewhere."""
+        if options.max_host_syncs != BACKEND_DEFAULT:
+            return options.max_host_syncs
+        on_asic = self.settings.fixture_backend == ASIC_BACKEND or bool(record.figures.syncs)
+        return 0 if on_asic else None
 
     def _shown(self, event: BreakEvent) -> BreakEvent:
         """The event as reports show it: its path relative to the rootdir, and the source lines

@@ -106,8 +106,8 @@ def test_host_fallback_fails_a_marked_test_unless_allowed(models: Models) -> Non
     )
     result.stdout.fnmatch_lines(
         [
-            "*1 problem (graphs=1, graph_breaks=0, eager_frames=0, recompiles=0, dut_ops=1, "
-            "host_fallbacks=1, macs=256, host_macs=128, cycles=*)",
+            "*1 problem (graphs=1, graph_breaks=0, eager_frames=0, recompiles=0, host_syncs=0, "
+            "dut_ops=1, host_fallbacks=1, macs=256, host_macs=128, cycles=*, syncs=0)",
             "1. host fallback (ran on the host, not the DUT): linear  (1 call, 128 host MACs, "
             "33.3% of the test's MACs)",
             f"   at mixed.py:{line}  >  return self.head(h.double()) # LINE:host",
@@ -217,8 +217,9 @@ def test_host_fallbacks_are_listed_per_op_and_reason(models: Models) -> None:
     result.stdout.fnmatch_lines(
         [
             "@pytest.mark.no_graph_break: torch.compile did not run as whole graphs: 2 problems "
-            "(graphs=1, graph_breaks=0, eager_frames=0, recompiles=0, dut_ops=1, host_fallbacks=4, "
-            f"macs={FC_MACS}, host_macs={CONV_MACS + HEAD_MACS}, cycles=*)",
+            "(graphs=1, graph_breaks=0, eager_frames=0, recompiles=0, host_syncs=0, dut_ops=1, "
+            f"host_fallbacks=4, macs={FC_MACS}, host_macs={CONV_MACS + HEAD_MACS}, cycles=*, "
+            "syncs=0)",
             "",
             f"1. host fallback (ran on the host, not the DUT): conv2d  (x3 calls, {CONV_MACS:,} "
             "host MACs, 97.4% of the test's MACs)",

@@ -198,7 +198,7 @@ def test_a_break_in_a_loop_names_its_root_cause_first(breaks: Breaks) -> None:
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            f"{HEADER}(graphs=0, graph_breaks=0, eager_frames=1, recompiles=0)",
+            f"{HEADER}(graphs=0, graph_breaks=0, eager_frames=1, recompiles=0, host_syncs=0)",
             "1. eager fallback GB0170 → GB7000: Data-dependent branching",
             f"   at {breaks.where('loop')}  >  if x.sum() > 0:*",
             "   then GB7000: torch.compile detected a graph break in a for/while loop.*",
@@ -256,7 +256,7 @@ def test_the_rest_of_a_frame_run_eagerly_after_a_break_is_an_eager_frame(
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            f"{HEADER}(graphs=1, graph_breaks=0, eager_frames=1, recompiles=0)",
+            f"{HEADER}(graphs=1, graph_breaks=0, eager_frames=1, recompiles=0, host_syncs=0)",
             "1. eager fallback after a break (the rest of the function ran eagerly) GB4636: *",
             f"   at {breaks.where('step')}  >  torch._dynamo.step_unsupported()*",
         ]
@@ -273,7 +273,7 @@ def test_a_skip_in_a_nested_frame_is_a_break_of_its_caller_and_an_eager_frame(
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            f"{HEADER}(graphs=2, graph_breaks=1, eager_frames=1, recompiles=0)",
+            f"{HEADER}(graphs=2, graph_breaks=1, eager_frames=1, recompiles=0, host_syncs=0)",
             "1. graph break GB4297: Call to `torch._dynamo.skip_frame()`",
             f"   at {breaks.where('skip')}  >  torch._dynamo.skip_frame()*",
             f"   called from {breaks.where('calls_skips')}  >  return skips(x) + 1*",
@@ -293,7 +293,7 @@ def test_a_region_run_eagerly_by_a_stance_is_an_eager_frame(breaks: Breaks) -> N
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            f"{HEADER}(graphs=0, graph_breaks=0, eager_frames=2, recompiles=0)",
+            f"{HEADER}(graphs=0, graph_breaks=0, eager_frames=2, recompiles=0, host_syncs=0)",
             "1. eager fallback: Silent eager",
             # The module's own name, not the wrapper torch.compile puts around it.
             '   why: `MLP.forward` ran eagerly: torch.compiler.set_stance("force_eager")*',
@@ -482,7 +482,7 @@ def test_an_error_raised_to_the_caller_is_a_compile_error_not_an_eager_fallback(
     result.stdout.fnmatch_lines(
         [
             "*Captured nobreak call*",
-            f"{HEADER}(graphs=0, graph_breaks=0, eager_frames=0, recompiles=0)",
+            f"{HEADER}(graphs=0, graph_breaks=0, eager_frames=0, recompiles=0, host_syncs=0)",
             *lines,
         ]
     )

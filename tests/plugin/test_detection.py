@@ -96,7 +96,7 @@ def test_all_breaks_of_a_test_are_listed(models: Models) -> None:
         f"*at {models.where('two_a')}*",
         "2. graph break GB0124: *",
         f"*at {models.where('two_b')}*",
-        figures="graphs=3, graph_breaks=2, eager_frames=0, recompiles=0",
+        figures="graphs=3, graph_breaks=2, eager_frames=0, recompiles=0, host_syncs=0",
     )
     result.stdout.fnmatch_lines([f"{HEADER}2 problems*"])
 
@@ -110,7 +110,7 @@ def test_break_in_a_loop_skips_the_whole_frame(models: Models) -> None:
         f'*at {models.where("loop")}  >  print("iter", i)*',
         "*then GB7000: torch.compile detected a graph break in a for/while loop.*",
         "*docs: https://*/gb/gb0059.html",
-        figures="graphs=0, graph_breaks=0, eager_frames=1, recompiles=0",
+        figures="graphs=0, graph_breaks=0, eager_frames=1, recompiles=0, host_syncs=0",
     )
 
 
@@ -128,7 +128,7 @@ def test_seed_backend_exception_becomes_eager_fallback(models: Models) -> None:
         f"*at {models.where('seed')}*",
         "*why: Backend compiler `naive_backend` failed with aten._local_scalar_dense.default",
         "*docs: https://*/gb/gb0219.html",
-        figures="graphs=0, graph_breaks=0, eager_frames=1, recompiles=0",
+        figures="graphs=0, graph_breaks=0, eager_frames=1, recompiles=0, host_syncs=0",
     )
     # Dynamo's own 40-line warning is not repeated in the captured output.
     assert "Developer debug context" not in result.stdout.str()
@@ -187,7 +187,7 @@ def test_backend_that_raises_keeps_its_error_and_adds_the_breaks(models: Models)
             "*BackendCompilerFailed*",
             "*Captured nobreak call*",
             # Raised to the test, not run eagerly: a compile error, and no eager frame.
-            f"{HEADER}(graphs=0, graph_breaks=0, eager_frames=0, recompiles=0)",
+            f"{HEADER}(graphs=0, graph_breaks=0, eager_frames=0, recompiles=0, host_syncs=0)",
             "*compile error (raised to the caller, nothing ran): BackendCompilerFailed",
             f"*at {models.where('clean')}  >  def clean(x):*",
             "*why: backend='bad' raised: RuntimeError: cannot handle this graph",

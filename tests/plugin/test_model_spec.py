@@ -315,7 +315,7 @@ def test_compiles_whole_fails_on_a_break_with_its_site(
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "*1 problem (graphs=2, graph_breaks=1, eager_frames=0, recompiles=0)",
+            "*1 problem (graphs=2, graph_breaks=1, eager_frames=0, recompiles=0, host_syncs=0)",
             "1. graph break GB0170: Data-dependent branching",
             f"   at fac.py:{line}  >  if os.environ.get(*",
         ]

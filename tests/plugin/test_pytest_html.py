@@ -29,6 +29,12 @@ def test_breaks():
 def test_clean():
     torch.compile(lambda x: x * 2, backend="eager")(torch.ones(2))
 
+@pytest.mark.no_graph_break
+def test_syncs():
+    with torch._dynamo.config.patch(capture_scalar_outputs=True):
+        f = torch.compile(lambda x: x * x.sum().item(), backend="eager")
+        f(torch.ones(2)); f(torch.ones(2))
+
 def test_unwatched():
     pass
 """
@@ -62,7 +68,7 @@ def test_columns_extras_and_the_breaks_under_the_row(
     pytester.makepyfile(test_suite=SUITE)
     args = ["-p", "no:cacheprovider", "-p", "no:randomly", "--html=out/r.html"]
     result = pytester.runpytest_subprocess(*args, *(["-n", "2"] if xdist else []))
-    result.assert_outcomes(passed=2, failed=1)
+    result.assert_outcomes(passed=3, failed=1)
     header, tests = report_data(pytester.path / "out" / "r.html")
     assert header[-len(COLUMNS) :] == [
         f'<th class="sortable" data-column-type="nobreak_{key}">{title}</th>'
@@ -74,6 +80,7 @@ def test_columns_extras_and_the_breaks_under_the_row(
         "graph_breaks": "1",
         "eager_frames": "0",
         "recompiles": "0",
+        "host_syncs": "0",
         "dut_ops": "",
         "host_fallbacks": "",
         "cycles": "",
@@ -88,6 +95,11 @@ def test_columns_extras_and_the_breaks_under_the_row(
     assert cells(clean)["graphs"] == "1"
     assert not [e for e in clean["extras"] if e.get("name") == EXTRA_NAME]
     assert "nobreak-breaks" not in clean["log"]
+    # A host sync in the graph: counted per call, and listed with the breaks.
+    synced = tests["test_suite.py::test_syncs"]
+    assert (cells(synced)["graph_breaks"], cells(synced)["host_syncs"]) == ("0", "2")
+    assert synced["nobreak_host_syncs"] == "2"
+    assert re.search(r"1\. host sync.*: Tensor\.item +\(x2 calls\)", synced["log"])
     # An unwatched test keeps the columns aligned, with nothing in them.
     assert set(cells(tests["test_suite.py::test_unwatched"]).values()) == {""}
 
@@ -103,4 +115,4 @@ def test_without_html_no_extra_is_added(pytester: pytest.Pytester) -> None:
     )
     result = pytester.runpytest_subprocess("-s", "-p", "no:cacheprovider", "-p", "no:randomly")
     result.stdout.fnmatch_lines(["*EXTRAS []*"])  # pytest-html's own empty list, no breaks extra
-    result.assert_outcomes(passed=2, failed=1)
+    result.assert_outcomes(passed=3, failed=1)

@@ -35,11 +35,20 @@ def test_breaks():
 
 
 @pytest.mark.no_graph_break
+def test_syncs():
+    with torch._dynamo.config.patch(capture_scalar_outputs=True):
+        f = torch.compile(lambda x: x * x.sum().item(), backend="eager")
+        f(torch.ones(2))
+        f(torch.ones(2))
+
+
+@pytest.mark.no_graph_break
 def test_stops_half_way():
     torch.compile(lambda x: x + 1, backend="eager")(torch.ones(2))
     raise RuntimeError("stopped before the end")
 """
-#: A baseline entry of a test this suite does not have: every update must keep it.
+#: A baseline entry of a test this suite does not have: every update must keep it (as it is:
+#: recorded before host syncs were counted, it has no ``host_syncs``).
 ELSEWHERE = {
     "other.py::test_kept": {"graphs": 1, "graph_breaks": 0, "eager_frames": 0, "recompiles": 0}
 }
@@ -104,9 +113,9 @@ def test_merge_gives_the_unsharded_report_and_baseline_bytes(runs: Path) -> None
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
-        "merged 2 shard reports (5 tests) into all.json",
+        "merged 2 shard reports (6 tests) into all.json",
         "HTML report written to all.html",
-        "baseline sharded.json updated with 4 tests",
+        "baseline sharded.json updated with 5 tests",
     ]
     # The page the unsharded run drew, compared with the baseline as it was before the update
     # (a copy of it, under another name).
@@ -123,6 +132,8 @@ def test_merge_gives_the_unsharded_report_and_baseline_bytes(runs: Path) -> None
     assert stopped not in baseline
     assert baseline["other.py::test_kept"] == ELSEWHERE["other.py::test_kept"]
     assert baseline["test_suite.py::test_breaks"]["graph_breaks"] == 1
+    assert baseline["test_suite.py::test_syncs"]["host_syncs"] == 2
+    assert baseline["test_suite.py::test_breaks"]["host_syncs"] == 0
 
 
 def test_a_shard_uploaded_twice_is_no_conflict(runs: Path) -> None:

@@ -63,11 +63,11 @@ def test_a_small_run_gives_each_kind_of_row(
             "- 1 × host ops: linear",
             "- 1 × not finished: compiles_whole took more than … …",
             "- 1 × not built: still … parameters after shrinking …",
-            "| `fac.py:branchy` | breaks: GB0170 | 0 | 100.0% | none | * | *% |",
-            "| `fac.py:mixed` | whole | 0 | 66.7% | linear | * | *% |",
-            "| `fac.py:mlp` | whole | 0 | 100.0% | none | * | *% |",
+            "| `fac.py:branchy` | breaks: GB0170 | 0 | 0 | 100.0% | none | * | *% |",
+            "| `fac.py:mixed` | whole | 0 | 0 | 66.7% | linear | * | *% |",
+            "| `fac.py:mlp` | whole | 0 | 0 | 100.0% | none | * | *% |",
             "| `fac.py:slow` | not finished; compiles_whole took more than 1s * |*",
-            "| `hf:bert` | not built: still 0M parameters after shrinking (limit 0M) | | | | | |",
+            "| `hf:bert` | not built: still 0M parameters after shrinking (limit 0M) | | | | | | |",
         ]
     )
 

@@ -231,11 +231,13 @@ EXPECTED_DIRECTIONS = {
     "graph_breaks": "lower",
     "eager_frames": "lower",
     "recompiles": "lower",
+    "host_syncs": "lower",
     "dut_ops": "higher",
     "host_fallbacks": "lower",
     "macs": "higher",
     "host_macs": "lower",
     "cycles": "lower",
+    "syncs": "lower",
 }
 
 

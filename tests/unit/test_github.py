@@ -207,23 +207,23 @@ def test_step_summary_table() -> None:
     assert "Baseline: 6 regressed figures, 1 improved, 1 tests missing." in text
     rows = text.splitlines()[-5:]
     assert rows == [
-        "| test | graphs | breaks | eager | recompiles | dut_ops | macs | host_macs | cycles "
-        "| status |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| test | graphs | breaks | eager | recompiles | syncs | dut_ops | macs | host_macs "
+        "| cycles | status |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         # Half the work moved to the host: fewer DUT ops and MACs and more host MACs are
-        # regressions (bold), fewer cycles are not.
-        "| `tests/t.py::a` | 1 | 0 | 0 | 0 | **2 → 1** | **64 → 32** | **0 → 32** | 1200 → 900 "
-        "| regressed |",
-        "| `tests/t.py::b[x\\|y]` | **1 → 2** | **0 → 1** | 0 | 0 | – | – | – | – "
+        # regressions (bold), fewer cycles are not. Host syncs were not measured: "–".
+        "| `tests/t.py::a` | 1 | 0 | 0 | 0 | – | **2 → 1** | **64 → 32** | **0 → 32** "
+        "| 1200 → 900 | regressed |",
+        "| `tests/t.py::b[x\\|y]` | **1 → 2** | **0 → 1** | 0 | 0 | – | – | – | – | – "
         "| failed, regressed |",
-        "| `tests/t.py::c` | 1 | 0 | 0 | 0 | – | – | – | – | not in baseline |",
+        "| `tests/t.py::c` | 1 | 0 | 0 | 0 | – | – | – | – | – | not in baseline |",
     ]
 
 
 def test_step_summary_without_a_baseline() -> None:
     text = step_summary_markdown([record("t")], None)
     assert "Baseline" not in text
-    assert text.endswith("| `t` | 1 | 0 | 0 | 0 | – | – | – | – | passed |\n")
+    assert text.endswith("| `t` | 1 | 0 | 0 | 0 | – | – | – | – | – | passed |\n")
 
 
 def test_a_long_summary_lists_only_the_tests_with_something_to_say(

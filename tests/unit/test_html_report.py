@@ -135,7 +135,7 @@ def test_a_run_with_breaks_host_fallbacks_recompiles_and_dut_gemms() -> None:
     marked = text[text.index("<mark>") : text.index("</mark>")]
     assert "if x.sum() &gt; 0:" in marked
     assert ">5<" in marked
-    assert page.all("a", href=BRANCH.link)
+    assert page.all("a", href=str(BRANCH.link))
     assert "torch.where(x.sum() > 0" in body  # the fixes table's rewrite of the user's line
     # Host fallbacks by op, for the test and the run; its recompile's guard.
     assert "conv2d 3 300 autograd is live" in body
@@ -248,3 +248,194 @@ def test_the_op_families_are_the_simulators() -> None:
     from pytest_nobreak.events import OP_FAMILIES
 
     assert OP_FAMILIES == GEMM_FAMILIES
+
+
+# --------------------------------------------------------------------------- host syncs
+
+ITEM_SYNC = BreakEvent(
+    kind="host_sync",
+    gb_type="Tensor.item",
+    file="models.py",
+    line=12,
+    source="s = h.abs().max().item()",
+    reason="the host reads a device value to decide what comes next (a data-dependent scalar)",
+    calls=3,
+    detail="data-dependent scalar",
+    fix="keep the scalar a 0-d tensor: h * h.abs().max()",
+    call_sites=(CallSite("test_m.py", 20, "model(x)"),),
+    context=("def forward(self, h):", "    s = h.abs().max().item()", "    return h * s"),
+    context_start=11,
+)
+MASK_SYNC = BreakEvent(
+    kind="host_sync",
+    gb_type="boolean mask indexing",
+    file="models.py",
+    line=30,
+    source="h = h[h > 0]",
+    reason="the output's size depends on the data (a data-dependent shape)",
+    calls=1,
+    detail="data-dependent shape",
+)
+SYNC_CYCLES = 1000  # what each sync the DUT stalled for costs in these records
+
+
+def synced(nodeid: str, syncs: int, *events: BreakEvent) -> TestRecord:
+    """A test on the DUT whose compiled graphs synced ``syncs`` times, each stalling the DUT:
+    its cycles are its GEMM's and the stalls'."""
+    ran = gemm("matmul", 2)
+    figures = asic_figures(
+        host_syncs=syncs, syncs=syncs, cycles=ran.cycles * ran.calls + syncs * SYNC_CYCLES
+    )
+    return TestRecord(nodeid, "passed", True, figures, events, gemms=(ran,))
+
+
+def test_host_syncs_have_a_column_a_filter_and_their_events() -> None:
+    records = (
+        synced("t.py::test_item", 3, ITEM_SYNC),
+        synced("t.py::test_mask", 1, MASK_SYNC),
+        synced("t.py::test_clean", 0),
+        TestRecord("t.py::test_fallback", "passed", True, asic_figures(host_syncs=0), (CONV_HOST,)),
+    )
+    text = render_html(document(*records))
+    page = Page(text)
+    # The column, sortable as a number, between the graph figures and the DUT's.
+    keys = [a["data-key"] for a in page.all("th") if "data-key" in a]
+    assert keys.index("host_syncs") == keys.index("recompiles") + 1
+    (head,) = page.all("th", **{"data-key": "host_syncs"})
+    assert head["data-type"] == "num"
+    groups = page.groups()
+    assert {n: g["data-host_syncs"] for n, g in groups.items()} == {
+        "t.py::test_clean": "0",
+        "t.py::test_fallback": "0",
+        "t.py::test_item": "3",
+        "t.py::test_mask": "1",
+    }
+    # The filter: the tests with host syncs, which are not tests with breaks.
+    assert page.all("input", name="has", value="syncs")
+    assert "has host syncs" in " ".join(" ".join(page.text).split())
+    assert groups["t.py::test_item"]["data-flags"] == "syncs"
+    assert groups["t.py::test_mask"]["data-flags"] == "syncs"
+    assert groups["t.py::test_clean"]["data-flags"] == ""
+    assert groups["t.py::test_fallback"]["data-flags"] == "host"
+    body = " ".join(" ".join(page.text).split())
+    assert "0 with breaks · 1 with host fallbacks · 2 with host syncs" in body
+    # Each event under its test, in a section of its own, styled as its kind.
+    assert len(page.all("div", class_="event host_sync")) == 2
+    item = detail_text(text, "t.py::test_item")
+    assert (
+        "Host syncs host sync (the host waited for a device value) at models.py:12: Tensor.item"
+        in item
+    )
+    assert "x3 calls, each a device→host round trip; data-dependent scalar" in item
+    assert "11 def forward(self, h): 12 s = h.abs().max().item() 13 return h * s" in item
+    assert "called from test_m.py:20 model(x)" in item
+    assert "fix keep the scalar a 0-d tensor: h * h.abs().max()" in item
+    assert "Breaks" not in item  # a sync is not a break of the graph
+    mask = detail_text(text, "t.py::test_mask")
+    assert "at models.py:30: boolean mask indexing" in mask
+    assert "1 call, each a device→host round trip; data-dependent shape" in mask
+    # What the stalls cost the DUT: its cycles beyond its GEMMs'.
+    assert "3 host syncs (3,000 cycles stalled)" in item
+    # The run's syncs by op, most calls first.
+    assert (
+        "Host syncs by op op form tests calls Tensor.item data-dependent scalar 1 3 "
+        "boolean mask indexing data-dependent shape 1 1" in body
+    )
+
+
+def detail_text(page_text: str, nodeid: str) -> str:
+    """The text of the details of ``nodeid``'s row."""
+    start = page_text.index("<tr class='detail'", page_text.index(f"data-nodeid={_quoted(nodeid)}"))
+    detail = Page(page_text[start : page_text.index("</tbody>\n", start)])
+    return " ".join(" ".join(detail.text).split())
+
+
+def _quoted(value: str) -> str:
+    return '"' + html.escape(value, quote=True) + '"'
+
+
+def test_syncs_not_measured_are_a_dash_and_no_count() -> None:
+    """A report written before host syncs were counted has no ``host_syncs``: not measured,
+    so a dash, sorted below every measured figure, and no "with host syncs" count."""
+    old = document(TestRecord("t.py::test_old", "passed", True, Figures(graphs=1)))
+    assert "host_syncs" not in old["tests"]["t.py::test_old"]
+    text = render_html(old)
+    page = Page(text)
+    (group,) = page.groups().values()
+    assert group["data-host_syncs"] == ""
+    start = text.index("<tr class='test'>")
+    row = text[start : text.index("</tr>", start)]
+    cells = [c.split("<", 1)[0] for c in row.split("<td class='num'>")[1:]]
+    assert cells == ["1", "0", "0", "0", "-"]  # graphs, breaks, eager, recompiles, syncs
+    assert "with host syncs" not in " ".join(page.text)
+
+
+def test_a_run_without_the_asic_still_has_the_syncs_column() -> None:
+    record = TestRecord("t.py::test_cpu", "passed", True, Figures(graphs=1, host_syncs=2))
+    page = Page(render_html(document(record, roofs=False)))
+    keys = [a["data-key"] for a in page.all("th") if "data-key" in a]
+    assert "host_syncs" in keys
+    assert "dut_ops" not in keys
+    (group,) = page.groups().values()
+    assert (group["data-host_syncs"], group["data-flags"]) == ("2", "syncs")
+    assert "1 with host syncs" in " ".join(page.text)
+
+
+def test_a_test_with_breaks_and_syncs_matches_both_filters() -> None:
+    record = TestRecord(
+        "t.py::test_both",
+        "failed",
+        True,
+        Figures(graphs=2, graph_breaks=1, host_syncs=1),
+        (BRANCH, MASK_SYNC),
+    )
+    text = render_html(document(record))
+    (group,) = Page(text).groups().values()
+    assert group["data-flags"] == "breaks syncs"
+    detail = detail_text(text, "t.py::test_both")
+    assert detail.index("Breaks") < detail.index("Host syncs")
+    assert detail.count("host sync (the host waited") == 1
+
+
+def roofline_tips(text: str) -> dict[str, str]:
+    """The roofline's point tooltips, by layer."""
+    import xml.etree.ElementTree as ET
+
+    svg = text[text.index("<svg") : text.index("</svg>") + len("</svg>")]
+    ns = "{http://www.w3.org/2000/svg}"
+    return {
+        str(c.get("data-layer")): "".join(c.find(f"{ns}title").itertext())  # type: ignore[union-attr]
+        for c in ET.fromstring(svg).iter(f"{ns}circle")
+        if c.get("class") == "point"
+    }
+
+
+def test_the_roofline_tooltips_name_the_syncs_the_dut_stalled_for() -> None:
+    shared = synced("t.py::test_a", 3, ITEM_SYNC)
+    also = synced("t.py::test_b", 2, MASK_SYNC)
+    clean = TestRecord(
+        "t.py::test_c", "passed", True, asic_figures(host_syncs=0, syncs=0), gemms=(gemm("bmm", 4),)
+    )
+    tips = roofline_tips(render_html(document(shared, also, clean)))
+    # One point per distinct GEMM: test_a and test_b ran the same one.
+    assert tips["matmul 2×8×8"].endswith(
+        "; 5 host syncs (5,000 cycles stalled) in the tests that ran it"
+    )
+    assert "host sync" not in tips["bmm 4×8×8"]
+
+
+def test_a_stall_whose_cost_the_figures_do_not_tell_is_a_count() -> None:
+    # Cycles no more than its GEMMs': the syncs' cost was not added (or is zero).
+    record = TestRecord(
+        "t.py::test_a",
+        "passed",
+        True,
+        asic_figures(host_syncs=1, syncs=1, cycles=100),
+        (MASK_SYNC,),
+        gemms=(gemm("matmul", 2),),
+    )
+    text = render_html(document(record))
+    assert roofline_tips(text)["matmul 2×8×8"].endswith("; 1 host sync in the tests that ran it")
+    body = " ".join(" ".join(Page(text).text).split())
+    assert "100 cycles, utilization 50%, 100% of the MACs on the DUT, 1 host sync " in body
+    assert "cycles stalled" not in body

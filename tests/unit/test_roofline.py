@@ -165,3 +165,31 @@ def test_a_long_device_description_shrinks_to_fit() -> None:
         )
     )
     assert x + 0.62 * size * len(long.description) <= roofline.WIDTH
+
+
+def test_tooltip_names_the_host_syncs_the_device_stalled_for() -> None:
+    stalled = Point("fast", "qkv", 2.0, 0.2e12, "memory", 0.5, syncs=3, stalled_cycles=3000)
+    assert roofline._point_tooltip(stalled).endswith(
+        "; utilization 50%; 3 host syncs (3,000 cycles stalled) in the tests that ran it"
+    )
+    # The cost not known: the count alone.
+    one = Point("fast", "qkv", 2.0, 0.2e12, "memory", syncs=1)
+    assert roofline._point_tooltip(one).endswith(
+        "(memory-bound); 1 host sync in the tests that ran it"
+    )
+    for none in (Point("fast", "qkv", 2.0, 0.2e12), Point("fast", "qkv", 2.0, 0.2e12, syncs=0)):
+        assert "sync" not in roofline._point_tooltip(none)
+
+
+def test_a_point_with_host_syncs_says_so_in_the_svg() -> None:
+    points = [
+        Point("fast", "synced", 2.0, 0.2e12, "memory", syncs=2, stalled_cycles=20),
+        Point("fast", "clean", 600.0, 20e12, "compute"),
+    ]
+    root = parse(render_svg([FAST], points))
+    drawn = {c.get("data-layer"): c for c in circles(root, "point")}
+    assert drawn["synced"].get("data-syncs") == "2"
+    assert drawn["clean"].get("data-syncs") is None
+    title = drawn["synced"].find(f"{SVG}title")
+    assert title is not None
+    assert "2 host syncs (20 cycles stalled)" in "".join(title.itertext())
