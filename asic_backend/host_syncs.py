@@ -141,8 +141,7 @@ def _reads_host_scalars_only(node: fx.Node) -> bool:
     (a float argument of a recompiled frame, read back with ``.item()``): it never left the host."""
     tensors = [a for a in node.all_input_nodes if isinstance(example_value(a), torch.Tensor)]
     return bool(tensors) and all(
-        a.op == "placeholder"
-        and getattr(a.meta.get("grapharg"), "pass_arg_as_tensor", False)
+        a.op == "placeholder" and getattr(a.meta.get("grapharg"), "pass_arg_as_tensor", False)
         for a in tensors
     )
 
@@ -205,7 +204,8 @@ def _tags(op: Any) -> tuple[Any, ...] | None:
     if isinstance(op, torch._ops.OpOverload):
         return tuple(op.tags)
     if isinstance(op, torch._ops.OpOverloadPacket):
-        return tuple(dict.fromkeys(t for name in op.overloads() for t in getattr(op, name).tags))
+        names: list[str] = op.overloads()  # type: ignore[no-untyped-call]
+        return tuple(dict.fromkeys(t for name in names for t in getattr(op, name).tags))
     return None
 
 

@@ -599,6 +599,7 @@ def _install_compiler_tap() -> None:
         syncs = traced if aot is None else _as_traced(aot, traced)
         if not syncs:
             return compiled
+        compiled = _real_forward(compiled)
         above = tuple(_stack_above_dynamo(1))
         graph = RawGraphSyncs(
             tuple(
@@ -623,6 +624,21 @@ def _install_compiler_tap() -> None:
 
     _output_graph.OutputGraph.call_user_compiler = call_user_compiler  # type: ignore[method-assign]
     _install_aot_tap(find_host_syncs)
+
+
+def _real_forward(compiled: Any) -> Any:
+    """What Dynamo itself would call for a lazily recompiled graph module (``eager``'s
+    ``gm.forward``): its real ``forward``, made now. Wrapped, Dynamo's own check for one no
+    longer sees it, and each call would go through ``nn.Module.__call__`` instead."""
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    owner = getattr(compiled, "__self__", None)
+    if isinstance(owner, _LazyGraphModule) and getattr(compiled, "__name__", "") == "_lazy_forward":
+        _LazyGraphModule.force_recompile(owner)
+        return owner.forward
+    if isinstance(compiled, _LazyGraphModule):
+        _LazyGraphModule.force_recompile(compiled)
+    return compiled
 
 
 def _install_aot_tap(find_host_syncs: Any) -> None:

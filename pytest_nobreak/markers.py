@@ -41,7 +41,7 @@ class NoGraphBreakOptions:
     max_recompiles: int | None = None
     allow: tuple[str, ...] = ()
     allow_host_fallback: bool = False
-    max_host_syncs: int | None | Literal["backend"] = BACKEND_DEFAULT
+    max_host_syncs: int | Literal["backend"] | None = BACKEND_DEFAULT
 
     @classmethod
     def from_kwargs(
@@ -73,10 +73,14 @@ class NoGraphBreakOptions:
             raise fail(f"max_recompiles must be a non-negative int or None, got {max_recompiles!r}")
 
         max_host_syncs = kwargs.get("max_host_syncs", BACKEND_DEFAULT)
-        if "max_host_syncs" in kwargs and max_host_syncs is not None and (
-            isinstance(max_host_syncs, bool)
-            or not isinstance(max_host_syncs, int)
-            or max_host_syncs < 0
+        if (
+            "max_host_syncs" in kwargs
+            and max_host_syncs is not None
+            and (
+                isinstance(max_host_syncs, bool)
+                or not isinstance(max_host_syncs, int)
+                or max_host_syncs < 0
+            )
         ):
             raise fail(f"max_host_syncs must be a non-negative int or None, got {max_host_syncs!r}")
 

@@ -2,11 +2,11 @@
 
 The report is that of a ``pytest --nobreak-model ... --nobreak-json REPORT`` run (a sweep such
 as ``hf:*``). One row per model: whether it compiled whole (or the ids of its breaks),
-recompiles, the share of its MACs the DUT ran, the host ops left, and the cycles and
-utilization of one call on the run's device. Each column comes from the check that measures
-it: breaks from ``compiles_whole`` (else ``on_dut``, the same compile under the ASIC), figures
-from ``on_dut``, recompiles from ``no_recompile`` when it ran. The table is only ever written by
-this command, so it always says what a run measured.
+recompiles, the host syncs of one call, the share of its MACs the DUT ran, the host ops left,
+and the cycles and utilization of one call on the run's device. Each column comes from the
+check that measures it: breaks from ``compiles_whole`` (else ``on_dut``, the same compile under
+the ASIC), figures from ``on_dut``, recompiles from ``no_recompile`` when it ran. The table is
+only ever written by this command, so it always says what a run measured.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ from pytest_nobreak.model_items import COLLECTOR_PREFIX
 
 __all__ = ["Row", "main", "render_zoo", "rows_of"]
 
+#: The kinds of event that are not breaks: work left on the host, and host syncs inside a
+#: compiled graph (the model still compiled whole).
+_NOT_BREAKS = ("host_fallback", "host_sync")
 _NODEID = re.compile(re.escape(COLLECTOR_PREFIX) + r"\[(?P<spec>.*)\]::(?P<check>\w+)$")
 #: Reasons are grouped by their text with names, numbers and shapes blanked out.
 _DETAIL = re.compile(r"'[^']*'|\"[^\"]*\"|\b\d[\w.]*|\[[^\]]*\]|\([^)]*\)")
@@ -78,12 +81,13 @@ class Row:
 
     @property
     def break_ids(self) -> list[str]:
-        """The gb ids (or kinds) of the breaks and eager fallbacks, host fallbacks left out."""
+        """The gb ids (or kinds) of the breaks and eager fallbacks, host fallbacks and host
+        syncs left out."""
         entry = self.compile_entry or {}
         ids = [
             event.get("gb_id") or event["kind"].replace("_", " ")
             for event in entry.get("breaks", ())
-            if event["kind"] != "host_fallback"
+            if event["kind"] not in _NOT_BREAKS
         ]
         return list(dict.fromkeys(ids))
 
@@ -94,7 +98,7 @@ class Row:
         return {
             event.get("gb_id") or event["kind"].replace("_", " "): event.get("gb_type", "")
             for event in entry.get("breaks", ())
-            if event["kind"] != "host_fallback"
+            if event["kind"] not in _NOT_BREAKS
         }
 
     @property
@@ -130,9 +134,33 @@ class Row:
         entry = self._entry("no_recompile", "compiles_whole", "on_dut")
         return None if entry is None else int(entry.get("recompiles", 0))
 
+    #: The checks whose entry holds the figures of one call, in order of preference.
+    _FIGURE_CHECKS = ("on_dut", "compiles_whole", "benchmark")
+
+    @property
+    def measured(self) -> bool:
+        """A check with the figures of one call ran."""
+        return self._entry(*self._FIGURE_CHECKS) is not None
+
+    @property
+    def host_syncs(self) -> int | None:
+        """The host syncs of one call; ``None`` when not measured (a report from before them)."""
+        entry = self._entry(*self._FIGURE_CHECKS)
+        value = None if entry is None else entry.get("host_syncs")
+        return None if value is None else int(value)
+
+    @property
+    def sync_ops(self) -> list[str]:
+        """The ops that made the host wait (``Tensor.item``), as the user wrote them."""
+        entry = self._entry("on_dut", "compiles_whole") or {}
+        ops = [
+            event["gb_type"] for event in entry.get("breaks", ()) if event["kind"] == "host_sync"
+        ]
+        return sorted(set(ops))
+
     @property
     def asic(self) -> Mapping[str, int] | None:
-        entry = self._entry("on_dut", "compiles_whole", "benchmark")
+        entry = self._entry(*self._FIGURE_CHECKS)
         return None if entry is None else entry.get("asic")
 
     @property
@@ -227,6 +255,8 @@ def render_zoo(report: Mapping[str, Any]) -> str:
             rest["not on the DUT: " + _reason_key(row.failure)] += 1
         elif not row.on_dut and row.host_ops:
             rest["host ops: " + ", ".join(row.host_ops)] += 1
+        elif not row.on_dut and row.sync_ops:
+            rest["host syncs: " + ", ".join(row.sync_ops)] += 1
     lines = [
         "# Model zoo",
         "",
@@ -248,10 +278,12 @@ def render_zoo(report: Mapping[str, Any]) -> str:
     lines += [
         "`graph`: whole, or the gb ids of the breaks and eager fallbacks, then why a check failed "
         "otherwise; `recompiles`: in `no_recompile` when it ran (2x16, 3x24, 5x12), else in the "
-        "one call of the check; cycles and utilization of one call.",
+        "one call of the check; `syncs`: the host syncs of one call (`-`: not measured); cycles "
+        "and utilization of one call.",
         "",
-        "| model | graph | recompiles | DUT share of MACs | host ops left | cycles | utilization |",
-        "|---|---|---:|---:|---|---:|---:|",
+        "| model | graph | recompiles | syncs | DUT share of MACs | host ops left | cycles "
+        "| utilization |",
+        "|---|---|---:|---:|---:|---|---:|---:|",
     ]
     for row in rows:
         lines.append(_line(row, peak))
@@ -261,7 +293,7 @@ def render_zoo(report: Mapping[str, Any]) -> str:
 def _line(row: Row, peak: int | None) -> str:
     skipped = row.skipped
     if skipped is not None:
-        return f"| {_code(row.spec)} | not built: {_cell(skipped)} | | | | | |"
+        return f"| {_code(row.spec)} | not built: {_cell(skipped)} | | | | | | |"
     if not row.finished:
         graph = "not finished"
     elif row.whole:
@@ -279,12 +311,22 @@ def _line(row: Row, peak: int | None) -> str:
         _code(row.spec),
         graph,
         "" if row.recompiles is None else str(row.recompiles),
+        _syncs_cell(row),
         "" if share is None else f"{share:.1%}",
         ", ".join(row.host_ops) or ("none" if asic else ""),
         "" if cycles is None else f"{cycles:,}",
         "" if util is None else f"{util:.2%}",
     ]
     return "| " + " | ".join(cells) + " |"
+
+
+def _syncs_cell(row: Row) -> str:
+    """Empty without a check that measured one call; ``-`` when that check's report is from
+    before host syncs were counted (not measured is not 0)."""
+    if not row.measured:
+        return ""
+    syncs = row.host_syncs
+    return "-" if syncs is None else str(syncs)
 
 
 def _cell(text: str) -> str:

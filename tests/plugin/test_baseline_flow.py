@@ -78,11 +78,41 @@ if MODE == "new":
 TESTS = ("test_allowed", "test_clean", "test_partial", "test_recompiles", "test_unmarked")
 # The figures of the base mode, as a recorded file must hold them.
 BASE = {
-    "test_allowed": {"graphs": 2, "graph_breaks": 1, "eager_frames": 0, "recompiles": 0},
-    "test_clean": {"graphs": 1, "graph_breaks": 0, "eager_frames": 0, "recompiles": 0},
-    "test_partial": {"graphs": 2, "graph_breaks": 0, "eager_frames": 0, "recompiles": 0},
-    "test_recompiles": {"graphs": 1, "graph_breaks": 0, "eager_frames": 0, "recompiles": 0},
-    "test_unmarked": {"graphs": 1, "graph_breaks": 0, "eager_frames": 0, "recompiles": 0},
+    "test_allowed": {
+        "graphs": 2,
+        "graph_breaks": 1,
+        "eager_frames": 0,
+        "recompiles": 0,
+        "host_syncs": 0,
+    },
+    "test_clean": {
+        "graphs": 1,
+        "graph_breaks": 0,
+        "eager_frames": 0,
+        "recompiles": 0,
+        "host_syncs": 0,
+    },
+    "test_partial": {
+        "graphs": 2,
+        "graph_breaks": 0,
+        "eager_frames": 0,
+        "recompiles": 0,
+        "host_syncs": 0,
+    },
+    "test_recompiles": {
+        "graphs": 1,
+        "graph_breaks": 0,
+        "eager_frames": 0,
+        "recompiles": 0,
+        "host_syncs": 0,
+    },
+    "test_unmarked": {
+        "graphs": 1,
+        "graph_breaks": 0,
+        "eager_frames": 0,
+        "recompiles": 0,
+        "host_syncs": 0,
+    },
 }
 UPDATE = "--nobreak-update-baseline"
 

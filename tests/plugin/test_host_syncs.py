@@ -330,7 +330,7 @@ def test_an_observed_test_counts_the_syncs_of_code_compiled_before_it(
 ) -> None:
     """Counted per call, so the figure does not depend on which test compiled the graph."""
     sync_models.makepyfile(
-        test_order=f"""
+        test_order="""
         import pytest, torch
         import sync_models as M
 
@@ -461,7 +461,8 @@ def test_a_torchao_qat_observer_keeps_its_item_in_the_graph(pytester: pytest.Pyt
     )
     entry = entries["test_qat.py::test_qat"]
     assert (entry["graph_breaks"], entry["host_syncs"]) == (0, 1)
-    assert entry["asic"]["dut_ops"] == 1 and entry["asic"]["syncs"] == 1
+    assert entry["asic"]["dut_ops"] == 1
+    assert entry["asic"]["syncs"] == 1
 
 
 def line_of_file(pytester: pytest.Pytester, name: str, tag: str) -> int:
@@ -490,7 +491,7 @@ def test_the_on_dut_model_check_fails_on_host_syncs(sync_models: pytest.Pytester
         """
     )
     try:
-        result, entries = run(
+        _result, entries = run(
             sync_models, "--asic-backend", "--nobreak-model", "factories.py:gated"
         )
     finally:

@@ -48,7 +48,16 @@ def test_plain():
     assert True
 """
 
-CORE_KEYS = {"outcome", "marked", "graphs", "graph_breaks", "eager_frames", "recompiles", "breaks"}
+CORE_KEYS = {
+    "outcome",
+    "marked",
+    "graphs",
+    "graph_breaks",
+    "eager_frames",
+    "recompiles",
+    "host_syncs",
+    "breaks",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -326,7 +335,14 @@ def test_asic_figures_in_the_json_and_the_baseline(models: Models) -> None:
     assert document["device"] == "gemmini"
     entry = document["tests"]["test_suite.py::test_linear"]
     assert set(entry) == {*CORE_KEYS, "asic", "gemms"}
-    assert set(entry["asic"]) == {"dut_ops", "host_fallbacks", "macs", "host_macs", "cycles"}
+    assert set(entry["asic"]) == {
+        "dut_ops",
+        "host_fallbacks",
+        "macs",
+        "host_macs",
+        "cycles",
+        "syncs",
+    }
     assert entry["asic"]["dut_ops"] == 2
     # Each DUT GEMM shape once, with its calls, for the HTML report's families and roofline.
     shapes = [(g["family"], g["m"], g["k"], g["n"], g["calls"]) for g in entry["gemms"]]
@@ -438,8 +454,8 @@ def test_github_annotations_and_step_summary(
     ]
     text = summary.read_text()
     assert text.startswith("earlier step\n### pytest-nobreak\n")  # appended, not replaced
-    assert "| `test_suite.py::test_branch` | 2 | 1 | 0 | 0 | – | – | – | – | failed |" in text
-    assert "| `test_suite.py::test_mlp` | 1 | 0 | 0 | 0 | – | – | – | – | passed |" in text
+    assert "| `test_suite.py::test_branch` | 2 | 1 | 0 | 0 | 0 | – | – | – | – | failed |" in text
+    assert "| `test_suite.py::test_mlp` | 1 | 0 | 0 | 0 | 0 | – | – | – | – | passed |" in text
     assert text.count("### pytest-nobreak") == 1
 
 
