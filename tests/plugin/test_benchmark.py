@@ -104,6 +104,7 @@ def test_disabled_runs_the_target_once_and_records_one_call(bench: pytest.Pytest
         "asic_host_macs": 0,
         "asic_cycles": gemm.cycles,
         "asic_bytes_moved": gemm.bytes_moved,
+        "asic_syncs": 0,
         "asic_utilization": gemm.utilization,
         "asic_arithmetic_intensity": gemm.arithmetic_intensity,
         "asic_target_calls": 1,

@@ -508,3 +508,35 @@ def test_the_on_dut_model_check_fails_on_host_syncs(sync_models: pytest.Pytester
         "int(tensor)",
         line_of_file(sync_models, "factories.py", "gated"),
     )
+
+
+def test_figures_are_the_same_serially_and_under_xdist(sync_models: pytest.Pytester) -> None:
+    """Counted per call of each graph, wherever it was compiled: an observed test that reuses
+    a graph compiled by the test before it counts the same on either worker."""
+    sync_models.makepyfile(
+        test_order="""
+        import pytest, torch
+        import sync_models as M
+
+        compiled = torch.compile(M.mask, backend="eager")
+
+        @pytest.fixture(autouse=True, scope="module")
+        def capture():
+            with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+                yield
+
+        @pytest.mark.parametrize("calls", [1, 2, 3, 4])
+        def test_calls(calls):
+            for _ in range(calls):
+                compiled(torch.randn(4))
+        """
+    )
+    args = ("-p", "no:cacheprovider", "--nobreak-all", "--nobreak-json", "r.json")
+    figures = []
+    for extra in ((), ("-p", "no:benchmark", "-p", "no:hypothesispytest", "-n", "2")):
+        runner = sync_models.runpytest_subprocess if extra else sync_models.runpytest
+        result = runner(*args, *extra)
+        result.assert_outcomes(passed=4)
+        tests = json.loads((sync_models.path / "r.json").read_text())["tests"]
+        figures.append({nodeid: entry["host_syncs"] for nodeid, entry in tests.items()})
+    assert figures[0] == figures[1] == {f"test_order.py::test_calls[{n}]": n for n in (1, 2, 3, 4)}

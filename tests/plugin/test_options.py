@@ -94,7 +94,8 @@ def test_max_recompiles_gates_recompiles(models: Models) -> None:
         (
             "no_graph_break(max_recompile=2)",
             "unknown option 'max_recompile' (did you mean 'max_recompiles'?); "
-            "known options: max_recompiles, allow, allow_host_fallback",
+            "known options: max_recompiles, allow, allow_host_fallback, "
+            "max_host_syncs",
         ),
         ("no_graph_break(max_recompiles='2')", "max_recompiles must be a non-negative int*"),
         ("no_graph_break(max_recompiles=-1)", "max_recompiles must be a non-negative int*"),
@@ -156,7 +157,8 @@ def test_every_invalid_marker_of_the_run_is_reported_together(models: Models) ->
     )
     assert [line for line in result.stderr.lines if line.strip()] == [
         f"ERROR: test_bad.py::test_typo: {marker}: unknown option 'max_recompile' (did you mean "
-        "'max_recompiles'?); known options: max_recompiles, allow, allow_host_fallback",
+        "'max_recompiles'?); known options: max_recompiles, allow, allow_host_fallback, "
+        "max_host_syncs",
         f"ERROR: test_bad.py::TestScoped::test_one: {marker}: {regex}",
         f"ERROR: test_bad.py::TestScoped::test_two: {marker}: {regex}",
     ]
