@@ -296,11 +296,17 @@ def test_cost_history_is_bounded() -> None:
 def test_counter_snapshot_arithmetic() -> None:
     a = CounterSnapshot(dut_ops=1, macs=100, cycles=10, bytes_moved=7, peak_macs_per_cycle=20)
     b = CounterSnapshot(
-        dut_ops=2, host_fallbacks=1, macs=60, cycles=30, peak_macs_per_cycle=4, host_macs=40
+        dut_ops=2,
+        host_fallbacks=1,
+        macs=60,
+        cycles=30,
+        peak_macs_per_cycle=4,
+        host_macs=40,
+        syncs=2,
     )
     total = a + b
     assert (total.dut_ops, total.host_fallbacks, total.macs, total.cycles) == (3, 1, 160, 40)
-    assert total.host_macs == 40
+    assert (total.host_macs, total.syncs) == (40, 2)
     assert total.dut_share == pytest.approx(160 / 200)
     assert CounterSnapshot().dut_share is None
     # Utilization of the sum: all MACs over all the capacity, 160 / (20·10 + 4·30).
@@ -314,9 +320,36 @@ def test_counter_snapshot_arithmetic() -> None:
         "host_macs": 0,
         "cycles": 10,
         "bytes_moved": 7,
+        "syncs": 0,
         "utilization": 0.5,
     }
     assert sum([a, b], CounterSnapshot()) == total
+
+
+def test_a_host_sync_stalls_the_device_for_its_configured_cycles() -> None:
+    dev = get_device(AsicConfig(name="syncing", rows=8, cols=8, sync_cycles=300))
+    dev.reset()
+    dev.record_sync()
+    dev.record_sync(count=2)
+    snap = dev.snapshot()
+    assert (snap.syncs, snap.cycles, snap.dut_ops, snap.macs) == (3, 900, 0, 0)
+    dev.reset()
+    assert (dev.snapshot().syncs, dev.snapshot().cycles) == (0, 0)
+    free = get_device(AsicConfig(name="free-syncs", sync_cycles=0))
+    free.record_sync()
+    assert (free.snapshot().syncs, free.snapshot().cycles) == (1, 0)
+
+
+@pytest.mark.parametrize("bad", [-1, True, 1.5, "2000"])
+def test_sync_cycles_must_be_a_non_negative_int(bad: object) -> None:
+    with pytest.raises(ValueError, match=r"AsicConfig.sync_cycles .* must be a non-negative"):
+        AsicConfig(sync_cycles=bad)  # type: ignore[arg-type]
+
+
+def test_sync_cycles_at_its_default_keeps_older_keys() -> None:
+    base = AsicConfig(name="lab", rows=64)
+    assert base.key == AsicConfig(name="lab", rows=64, sync_cycles=2000).key
+    assert base.key != AsicConfig(name="lab", rows=64, sync_cycles=10).key
 
 
 def test_counters_are_thread_safe() -> None:

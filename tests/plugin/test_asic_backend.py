@@ -247,6 +247,7 @@ def test_host_fallbacks_are_listed_per_op_and_reason(models: Models) -> None:
         "macs": FC_MACS,
         "host_macs": CONV_MACS + HEAD_MACS,
         "cycles": entry["asic"]["cycles"],
+        "syncs": 0,
     }
     assert [
         (b["kind"], b["gb_type"], b["line"], b["calls"], b["macs"]) for b in entry["breaks"]
@@ -295,7 +296,7 @@ def test_autograd_live_fails_a_marked_test_without_the_backends_warning(models: 
     result.stdout.fnmatch_lines(
         [
             "*: 1 problem (graphs=1, *, dut_ops=0, host_fallbacks=2, macs=0, host_macs="
-            f"{4 * 8 * 16 + 4 * 16 * 4}, cycles=0)",
+            f"{4 * 8 * 16 + 4 * 16 * 4}, cycles=0, syncs=0)",
             "",
             "1. host fallback (ran on the host, not the DUT): linear  (x2 calls, 768 host MACs, "
             "100% of the test's MACs)",

@@ -122,6 +122,7 @@ def test_disabled_runs_the_target_once_and_records_one_call(bench: pytest.Pytest
         "macs": M * K * N,
         "host_macs": 0,
         "cycles": gemm.cycles,
+        "syncs": 0,
     }
 
 
@@ -153,6 +154,7 @@ def test_timed_run_measures_one_extra_call(bench: pytest.Pytester) -> None:
         "macs": M * K * N,
         "host_macs": 0,
         "cycles": gemm.cycles,
+        "syncs": 0,
     }
 
 

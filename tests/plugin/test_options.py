@@ -520,6 +520,7 @@ def test_json_report_has_every_watched_test(models: Models) -> None:
         "graph_breaks": 1,
         "eager_frames": 0,
         "recompiles": 0,
+        "host_syncs": 0,
         "breaks": [
             {
                 "kind": "graph_break",

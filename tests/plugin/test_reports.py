@@ -226,7 +226,7 @@ def test_json_report_and_junit_properties(models: Models) -> None:
     # An earlier run's report: replaced, so the artifact holds this run's tests only.
     report.parent.mkdir()
     earlier = {"outcome": "passed", "marked": True, "graphs": 1, "graph_breaks": 0}
-    earlier |= {"eager_frames": 0, "recompiles": 0, "breaks": []}
+    earlier |= {"eager_frames": 0, "recompiles": 0, "host_syncs": 0, "breaks": []}
     header = {"version": 1, "torch": "2.13.0", "backend": "inductor", "device": ""}
     report.write_text(json.dumps({**header, "tests": {"test_gone.py::test_old": earlier}}))
     result = run(models, "--nobreak-all", "--nobreak-json", "out/nobreak.json", "--junitxml=j.xml")
@@ -253,7 +253,7 @@ def test_json_report_and_junit_properties(models: Models) -> None:
     ]
     for entry in tests.values():
         assert set(entry) == CORE_KEYS  # no "asic" key: no test reached the simulator
-    figures = {"eager_frames": 0, "recompiles": 0}
+    figures = {"eager_frames": 0, "recompiles": 0, "host_syncs": 0}
     branch = tests["test_suite.py::test_branch"]["breaks"][0]
     # What the HTML report shows of the user's line: its text, and the lines around it.
     assert branch["source"] == "if x.sum() > 0:  # LINE:branch"
@@ -300,6 +300,7 @@ def test_json_report_and_junit_properties(models: Models) -> None:
         "nobreak_graph_breaks": "1",
         "nobreak_eager_frames": "0",
         "nobreak_recompiles": "0",
+        "nobreak_host_syncs": "0",
         "nobreak_break": branch,
     }
     # The unmarked test is not failed for its break: JUnit names it all the same.
@@ -360,6 +361,7 @@ def test_asic_figures_in_the_json_and_the_baseline(models: Models) -> None:
         "graph_breaks": 0,
         "eager_frames": 0,
         "recompiles": 0,
+        "host_syncs": 0,
         **entry["asic"],
     }
 
