@@ -61,3 +61,69 @@ MODES = [
 @pytest.mark.parametrize("mode", MODES)
 def test_suite_wall_time(benchmark, suite: Path, mode: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
     benchmark.pedantic(run_suite, args=(suite, *mode), rounds=5, warmup_rounds=1)
+
+
+# Counting host syncs: a graph that has one is called through a wrapper that counts each call.
+# Per call, in a fresh process per mode (once the taps are installed they stay, so "off" must
+# be a process where the plugin never watched): a graph with one `int()` read, and a clean one.
+PER_CALL = """
+import sys, time, torch
+torch._dynamo.config.capture_scalar_outputs = True
+mode, graph = sys.argv[1], sys.argv[2]
+
+def sync(h):
+    return h * int(h.sum())
+
+def clean(h):
+    return h * h.sum()
+
+def per_call():
+    fn = torch.compile(sync if graph == "sync" else clean, backend="eager")
+    x = torch.randn(8)
+    fn(x)
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(5000):
+            fn(x)
+        best = min(best, (time.perf_counter() - start) / 5000)
+    return best
+
+if mode == "watched":
+    import pytest_nobreak
+    with pytest_nobreak.watch() as report:
+        seconds = per_call()
+    print(report.host_syncs, seconds)
+else:
+    print(-1, per_call())
+"""
+#: Calls of the compiled graph in one process of PER_CALL: the first one, then 5 x 5,000.
+CALLS = 1 + 5 * 5000
+
+
+def time_per_call(mode: str, graph: str) -> float:
+    proc = subprocess.run(
+        [sys.executable, "-c", PER_CALL, mode, graph], capture_output=True, text=True, check=True
+    )
+    syncs, seconds = proc.stdout.split()[-2:]
+    if mode == "watched":  # what is timed is the counting: every call of the graph counted
+        assert int(syncs) == (CALLS if graph == "sync" else 0)
+    return float(seconds)
+
+
+@pytest.mark.benchmark(group="host-sync-counting")
+@pytest.mark.parametrize("graph", ["sync", "clean"])
+def test_host_sync_counting_per_call(benchmark, graph: str) -> None:  # type: ignore[no-untyped-def]
+    """``extra_info``: seconds per call unwatched and watched, and their ratio, measured in
+    alternating processes (the process start is what the benchmark's own timing shows)."""
+    times: dict[str, list[float]] = {"unwatched": [], "watched": []}
+
+    def both() -> None:
+        for mode in times:
+            times[mode].append(time_per_call(mode, graph))
+
+    benchmark.pedantic(both, rounds=2, warmup_rounds=0)
+    unwatched, watched = min(times["unwatched"]), min(times["watched"])
+    benchmark.extra_info.update(
+        unwatched_s=unwatched, watched_s=watched, watched_over_unwatched=watched / unwatched
+    )

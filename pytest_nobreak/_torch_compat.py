@@ -566,9 +566,11 @@ def _install_metrics_tap() -> None:
     metrics.create = classmethod(create)  # type: ignore[method-assign, assignment]
 
 
-#: The syncs AOTAutograd's graphs hold, for the Dynamo graph this thread compiles (a list), or
-#: ``None`` while it compiles none; one per nesting level, restored on the way out.
+#: The syncs AOTAutograd's graphs hold, for the Dynamo graph this thread compiles: a list once
+#: AOTAutograd ran, ``None`` before; ``_NOT_COMPILING`` outside any compile (an AOTAutograd run
+#: of its own, such as ``torch.export``'s, is none of ours). Restored on the way out.
 _compiling = threading.local()
+_NOT_COMPILING: Any = object()
 
 
 def _install_compiler_tap() -> None:
@@ -589,7 +591,7 @@ def _install_compiler_tap() -> None:
         if getattr(self, "export", False):
             return original(self, gm, example_inputs)
         traced = find_host_syncs(gm)  # before the backend, which may rewrite the graph
-        outer = getattr(_compiling, "aot", None)
+        outer = getattr(_compiling, "aot", _NOT_COMPILING)
         _compiling.aot = None
         try:
             compiled = original(self, gm, example_inputs)
@@ -655,8 +657,9 @@ def _install_aot_tap(find_host_syncs: Any) -> None:
     def apply(module: Any) -> None:
         __tracebackhide__ = True  # a tap: not in the user's tracebacks
         original(module)
-        found = getattr(_compiling, "aot", None)
-        _compiling.aot = [*(found or ()), *find_host_syncs(module)]
+        found = getattr(_compiling, "aot", _NOT_COMPILING)
+        if found is not _NOT_COMPILING:
+            _compiling.aot = [*(found or ()), *find_host_syncs(module)]
 
     graph_compile._apply_tensorify_python_scalars = apply
 
