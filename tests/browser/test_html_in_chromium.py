@@ -1,5 +1,5 @@
-"""The ``--nobreak-html`` page of a real run (a break, a recompile, host fallbacks, a
-regression against the baseline, and run data built to break out of the page) opened in
+"""The ``--nobreak-html`` page of a real run (a break, a recompile, host fallbacks, host syncs,
+a regression against the baseline, and run data built to break out of the page) opened in
 headless Chromium: what it shows, that sorting, filtering and the details work, that the page
 raises no JavaScript error, and that nothing from the run runs as code."""
 
@@ -41,6 +41,10 @@ class CNN(nn.Module):
 
     def forward(self, x):
         return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+
+def positives(x):
+    return x[x > 0].sum()  # a host sync once captured
 """
 SUITE = f"""
 import pytest
@@ -64,6 +68,14 @@ def test_cnn_on_dut(name, nobreak_compile):
 @pytest.mark.no_graph_break(allow_host_fallback=True)
 def test_cnn_with_grad(nobreak_compile):
     nobreak_compile(M.CNN())(torch.randn(2, 3, 8, 8))
+
+
+@pytest.mark.no_graph_break(max_host_syncs=None)
+def test_syncs():
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        f = torch.compile(M.positives, backend="eager")
+        f(torch.randn(8))
+        f(torch.randn(8))
 
 
 @pytest.mark.no_graph_break(max_recompiles=0)
@@ -138,7 +150,7 @@ def test_the_page_shows_the_run_and_runs_nothing_of_it(opened: Any) -> None:
     assert f"test_suite.py::test_cnn_on_dut[{PAYLOAD}]" in text  # shown as text
     assert "backend\nasic" in text
     assert "baseline\nb.json" in text
-    assert "4 watched tests · 2 failed · 2 passed · 1 regressed" in text
+    assert "5 watched tests · 2 failed · 3 passed · 1 regressed" in text
     assert "graph_breaks 0 → 1" in text
     # Each figure sits under its own header.
     assert cell(opened, "test_suite.py::test_branch", "outcome") == "failed"
@@ -199,7 +211,7 @@ def test_sorting_and_filtering_and_the_link_that_keeps_them(opened: Any, page: P
 
     opened.find_element(By.CSS_SELECTOR, "input[name=has][value=host]").click()
     assert visible_ids(opened) == ["test_suite.py::test_cnn_with_grad"]
-    assert opened.find_element(By.ID, "shown").text == "1 of 4 tests"
+    assert opened.find_element(By.ID, "shown").text == "1 of 5 tests"
     opened.find_element(By.CSS_SELECTOR, "input[name=has][value=host]").click()
     opened.find_element(By.CSS_SELECTOR, "input[name=has][value=regressed]").click()
     assert visible_ids(opened) == ["test_suite.py::test_branch"]
@@ -207,6 +219,22 @@ def test_sorting_and_filtering_and_the_link_that_keeps_them(opened: Any, page: P
     # A link names a view: outcome and sort come back from the fragment.
     open_page(opened, page.as_uri() + "#outcome=failed&sort=recompiles-")
     assert visible_ids(opened) == ["test_suite.py::test_recompiles", "test_suite.py::test_branch"]
+    assert console_errors(opened) == []
+
+
+def test_a_real_runs_host_syncs_are_a_column_a_filter_and_an_entry(opened: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    assert cell(opened, "test_suite.py::test_syncs", "host_syncs") == "2"
+    assert cell(opened, "test_suite.py::test_branch", "host_syncs") == "0"
+    opened.find_element(By.CSS_SELECTOR, "input[name=has][value=syncs]").click()
+    assert visible_ids(opened) == ["test_suite.py::test_syncs"]
+    group = opened.find_element(By.CSS_SELECTOR, "tbody[data-nodeid='test_suite.py::test_syncs']")
+    group.find_element(By.CSS_SELECTOR, "button.open").click()
+    detail = group.find_element(By.CSS_SELECTOR, "tr.detail")
+    assert detail.is_displayed()
+    assert "boolean mask indexing" in detail.text
+    assert "x[x > 0].sum()" in detail.find_element(By.TAG_NAME, "mark").text
     assert console_errors(opened) == []
 
 
