@@ -25,7 +25,7 @@ import dataclasses
 import hashlib
 import html
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -520,12 +520,20 @@ def _syncs_text(syncs: int, stalled: int | None) -> str:
     return what + (f" ({stalled:,} cycles stalled)" if stalled else "")
 
 
-def _host_summary(rows: Sequence[_Row]) -> str:
-    """The run's host fallbacks by op: which tests, how many calls and MACs."""
+def _by_op(
+    rows: Sequence[_Row], events: Callable[[_Row], Sequence[BreakEvent]]
+) -> dict[str, list[tuple[str, BreakEvent]]]:
+    """``events`` of every row by op, each with its test's nodeid, in first-seen order."""
     ops: dict[str, list[tuple[str, BreakEvent]]] = {}
     for row in rows:
-        for event in row.host_events:
+        for event in events(row):
             ops.setdefault(event.title, []).append((row.record.nodeid, event))
+    return ops
+
+
+def _host_summary(rows: Sequence[_Row]) -> str:
+    """The run's host fallbacks by op: which tests, how many calls and MACs."""
+    ops = _by_op(rows, lambda row: row.host_events)
     if not ops:
         return ""
     lines = []
@@ -547,10 +555,7 @@ def _host_summary(rows: Sequence[_Row]) -> str:
 
 def _sync_summary(rows: Sequence[_Row]) -> str:
     """The run's host syncs by op: in what form, which tests, how many calls."""
-    ops: dict[str, list[tuple[str, BreakEvent]]] = {}
-    for row in rows:
-        for event in row.sync_events:
-            ops.setdefault(event.title, []).append((row.record.nodeid, event))
+    ops = _by_op(rows, lambda row: row.sync_events)
     if not ops:
         return ""
     lines = []
