@@ -226,11 +226,13 @@ def account_host_syncs(gm: fx.GraphModule, options: LoweringOptions) -> int:
 
 
 def _static_numel(node: fx.Node) -> int:
-    value = example_value(node)
-    try:
-        return int(value.numel())
-    except (TypeError, RuntimeError):  # a data-dependent size: not the one to copy
-        return 1 << 62
+    """The input's size, to copy the smallest; a symbolic size by its hint, which adds no
+    guard (``int()`` of it would specialize the graph to this call's shape)."""
+    numel = example_value(node).numel()
+    if isinstance(numel, int):
+        return numel
+    hint = getattr(getattr(numel, "node", None), "hint", None)
+    return int(hint) if isinstance(hint, int) else 1 << 62
 
 
 @torch.library.custom_op("asic::host_sync", mutates_args=())

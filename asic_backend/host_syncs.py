@@ -93,6 +93,12 @@ class HostSync:
     form: str
     frames: tuple[tuple[str, int, str], ...] = ()
     count: int = 1
+    #: The aten op called (``aten.item``, ``aten.nonzero``), when known: what tells two syncs
+    #: of one line apart.
+    aten: str | None = None
+    #: A float read (``.item()`` of a float tensor): AOTAutograd may turn it back into tensor
+    #: math, and then it is no sync where the graph runs.
+    float_read: bool = False
 
     @property
     def fix(self) -> str:
@@ -102,18 +108,22 @@ class HostSync:
 def find_host_syncs(gm: fx.GraphModule) -> tuple[HostSync, ...]:
     """Every host sync of ``gm`` (its subgraphs included), one entry per op and traced stack,
     in graph order."""
-    found: dict[tuple[str, str, tuple[tuple[str, int, str], ...]], int] = {}
+    found: dict[HostSync, int] = {}
     for module in _graph_modules(gm):
         for node in module.graph.nodes:
             form = sync_form(node)
             if form is None:
                 continue
-            key = (op_label(node), form, _frames(node))
+            op = _aten_op(node)
+            key = HostSync(
+                op=op_label(node),
+                form=form,
+                frames=_frames(node),
+                aten=_aten_name(op),
+                float_read=isinstance(example_value(node), torch.SymFloat),
+            )
             found[key] = found.get(key, 0) + 1
-    return tuple(
-        HostSync(op=op, form=form, frames=frames, count=count)
-        for (op, form, frames), count in found.items()
-    )
+    return tuple(dataclasses.replace(sync, count=count) for sync, count in found.items())
 
 
 def sync_form(node: fx.Node) -> str | None:
@@ -149,18 +159,24 @@ def _reads_host_scalars_only(node: fx.Node) -> bool:
 def _binds_unbacked(node: fx.Node, value: Any) -> bool:
     if node.meta.get("unbacked_bindings"):
         return True
-    if value is None:
-        return False
-    try:
-        mine = free_unbacked_symbols(value)
-    except (TypeError, AttributeError):  # a value of a type the helper does not walk
-        return False
+    mine = _unbacked(value)
     if not mine:
         return False
     inherited: set[Any] = set()
     for arg in node.all_input_nodes:
-        inherited |= set(free_unbacked_symbols(example_value(arg)))
-    return bool(set(mine) - inherited)
+        inherited |= _unbacked(example_value(arg))
+    return bool(mine - inherited)
+
+
+def _unbacked(value: Any) -> set[Any]:
+    """The unbacked symbols of a graph value; none for a value the helper cannot walk (a
+    stream, a module, a hook: Dynamo puts those in graphs too)."""
+    if value is None:
+        return set()
+    try:
+        return set(free_unbacked_symbols(value))
+    except Exception:  # it asserts on types it does not know
+        return set()
 
 
 def _derived(node: fx.Node, tags: tuple[Any, ...] | None) -> bool:
@@ -170,7 +186,7 @@ def _derived(node: fx.Node, tags: tuple[Any, ...] | None) -> bool:
     data = (torch.Tag.data_dependent_output, torch.Tag.dynamic_output_shape)
     if tags is None or any(tag in tags for tag in data):
         return False
-    return any(free_unbacked_symbols(_input_values(node)))
+    return any(_unbacked(value) for value in _input_values(node))
 
 
 def _input_values(node: fx.Node) -> list[Any]:
@@ -194,6 +210,13 @@ def _aten_op(node: fx.Node) -> Any:
     return getattr(torch.ops.aten, name, None) if name else None
 
 
+def _aten_name(op: Any) -> str | None:
+    """``aten.nonzero`` for the op (any overload), else ``None``."""
+    if isinstance(op, torch._ops.OpOverload):
+        op = op.overloadpacket
+    return str(op).replace("::", ".") if isinstance(op, torch._ops.OpOverloadPacket) else None
+
+
 def _is_scalar(value: Any) -> bool:
     return isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool | int | float | bool)
 
@@ -209,8 +232,17 @@ def _tags(op: Any) -> tuple[Any, ...] | None:
     return None
 
 
+#: The calls that copy a tensor's data to another device (``new_zeros(device="cpu")`` of a
+#: device tensor makes a host tensor too, but reads nothing back).
+_COPIES = frozenset({"cpu", "to", "numpy", "_to_copy", "copy_", "copy", "_copy_from"})
+
+
 def _is_device_to_host(node: fx.Node, value: Any) -> bool:
     if not isinstance(value, torch.Tensor) or value.device.type != "cpu":
+        return False
+    op = _aten_op(node)
+    name = str(node.target) if node.op == "call_method" else getattr(op, "__name__", "")
+    if name.split(".")[0] not in _COPIES:
         return False
     devices = {
         v.device.type

@@ -37,6 +37,7 @@ This module imports torch; import it lazily (the plugin module must not import t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -55,6 +56,7 @@ import torch._dynamo.eval_frame as _eval_frame
 import torch._dynamo.output_graph as _output_graph
 import torch._dynamo.utils as _dynamo_utils
 from torch._dynamo import config as _dynamo_config
+from torch._functorch import config as _functorch_config
 
 from pytest_nobreak.sites import Frame
 
@@ -353,22 +355,47 @@ class RawLimitHit:
 @dataclasses.dataclass(frozen=True, eq=False)
 class SyncSite:
     """The host syncs of one compiled graph at one place: the op as the user wrote it, why it
-    is a sync, how many of the graph's nodes it is, and the stack that reached it, outermost
-    first (the callers that entered the compiled region, then the traced frames)."""
+    is a sync, how many of the graph's nodes it is, and the frames Dynamo traced to it,
+    outermost first (the compiled function's first)."""
 
     op: str
     form: str
     fix: str
     count: int
-    stack: tuple[Frame, ...]
+    traced: tuple[Frame, ...]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class RawGraphSyncs:
     """A compiled graph that has host syncs, sent on each of its calls (compared by identity:
-    a monitor counts calls per graph)."""
+    a monitor counts calls per graph). ``compiled_from``: the callers that entered the region
+    when it was compiled, for a call whose own callers cannot be found (:func:`callers`)."""
 
     sites: tuple[SyncSite, ...]
+    compiled_from: tuple[Frame, ...] = ()
+
+    def callers(self) -> tuple[Frame, ...]:
+        """The callers of the compiled function in this call, outermost first: the frames
+        above the innermost running frame of the function the graph was traced from (a graph
+        compiled in one test and called from another is that other test's), else
+        ``compiled_from``. Walks the stack: call it once per graph and watched block."""
+        root = next((site.traced[0] for site in self.sites if site.traced), None)
+        if root is not None:
+            frame: Any = sys._getframe(1)
+            while frame is not None:
+                code = frame.f_code
+                if code.co_filename == root.file and code.co_name == root.function:
+                    return tuple(reversed(_frames_outward(frame.f_back)))
+                frame = frame.f_back
+        return self.compiled_from
+
+
+def _frames_outward(frame: Any) -> list[Frame]:
+    out = []
+    while frame is not None:
+        out.append(Frame(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+        frame = frame.f_back
+    return out
 
 
 class Sink(Protocol):
@@ -590,11 +617,19 @@ def _install_compiler_tap() -> None:
         __tracebackhide__ = True  # a tap: not in the user's tracebacks
         if getattr(self, "export", False):
             return original(self, gm, example_inputs)
-        traced = find_host_syncs(gm)  # before the backend, which may rewrite the graph
+        traced = _analysed(find_host_syncs, gm)  # before the backend, which may rewrite it
+        # A float read may be turned back into tensor math by AOTAutograd, whose graph tells;
+        # a hit in its cache skips that graph, and the count would depend on the cache.
+        uncached = (
+            _functorch_config.patch(enable_autograd_cache=False)
+            if any(sync.float_read for sync in traced)
+            else contextlib.nullcontext()
+        )
         outer = getattr(_compiling, "aot", _NOT_COMPILING)
         _compiling.aot = None
         try:
-            compiled = original(self, gm, example_inputs)
+            with uncached:
+                compiled = original(self, gm, example_inputs)
             aot = _compiling.aot
         finally:
             _compiling.aot = outer
@@ -602,7 +637,6 @@ def _install_compiler_tap() -> None:
         if not syncs:
             return compiled
         compiled = _real_forward(compiled)
-        above = tuple(_stack_above_dynamo(1))
         graph = RawGraphSyncs(
             tuple(
                 SyncSite(
@@ -610,10 +644,11 @@ def _install_compiler_tap() -> None:
                     form=sync.form,
                     fix=sync.fix,
                     count=sync.count,
-                    stack=(*above, *(Frame(f, line, fn) for f, line, fn in sync.frames)),
+                    traced=tuple(Frame(f, line, fn) for f, line, fn in sync.frames),
                 )
                 for sync in syncs
-            )
+            ),
+            compiled_from=tuple(_stack_above_dynamo(1)),
         )
 
         def counted(*args: Any, **kwargs: Any) -> Any:
@@ -659,18 +694,36 @@ def _install_aot_tap(find_host_syncs: Any) -> None:
         original(module)
         found = getattr(_compiling, "aot", _NOT_COMPILING)
         if found is not _NOT_COMPILING:
-            _compiling.aot = [*(found or ()), *find_host_syncs(module)]
+            _compiling.aot = [*(found or ()), *_analysed(find_host_syncs, module)]
 
     graph_compile._apply_tensorify_python_scalars = apply
 
 
+def _analysed(find: Any, gm: Any) -> tuple[Any, ...]:
+    """``find(gm)``, or no syncs if the analysis fails: it must never fail a compile (the taps
+    watch every compile of the process, watched test or not)."""
+    try:
+        return tuple(find(gm))
+    except Exception:
+        return ()
+
+
+#: Aten ops that stand for the same read in Dynamo's graph and AOTAutograd's.
+_SAME_READ = {"aten.item": "aten._local_scalar_dense"}
+
+
 def _as_traced(aot: list[Any], traced: tuple[Any, ...]) -> tuple[Any, ...]:
-    """AOTAutograd's syncs, named as the user wrote them: an aten op at the same traced stack
-    as a sync of the Dynamo graph is that sync (``aten._local_scalar_dense`` is ``Tensor.item``)."""
-    by_stack = {sync.frames: sync for sync in traced}
+    """AOTAutograd's syncs, named as the user wrote them: a sync at the same traced stack as
+    one of the Dynamo graph, of the same aten op (``aten._local_scalar_dense`` is
+    ``Tensor.item``), or the only one there, is that sync; any other keeps its aten name."""
+    by_stack: dict[Any, list[Any]] = {}
+    for sync in traced:
+        by_stack.setdefault(sync.frames, []).append(sync)
     out = []
     for sync in aot:
-        known = by_stack.get(sync.frames)
+        here = by_stack.get(sync.frames, [])
+        same = [t for t in here if _SAME_READ.get(t.aten, t.aten) == sync.aten]
+        known = same[0] if same else (here[0] if len(here) == 1 else None)
         out.append(
             sync if known is None else dataclasses.replace(sync, op=known.op, form=known.form)
         )

@@ -89,6 +89,9 @@ class CompileReport:
     _eager_missed: int = 0
     #: ... and failed frames they count that never ran (the error reached the caller).
     _eager_not_run: int = 0
+    #: id(graph) -> [graph, calls, callers] of the compiled graphs with host syncs the block
+    #: ran, while it runs (``None`` once their events are made, or before the block starts).
+    _sync_calls: dict[int, list[Any]] | None = None
 
     # ----------------------------------------------------------------- figures
 
@@ -118,7 +121,10 @@ class CompileReport:
     def host_syncs(self) -> int:
         """Device→host round trips the block's compiled graphs executed (``.item()``, a
         data-dependent shape; see :mod:`asic_backend.host_syncs`): each sync node of a graph,
-        once per call of the graph. Final when the block ends."""
+        once per call of the graph. Live; each one is an event once the block ends."""
+        if self._sync_calls is not None:  # still running: what the graphs have run so far
+            calls = list(self._sync_calls.values())
+            return sum(site.count * n for graph, n, _ in calls for site in graph.sites)
         return sum(e.calls or 0 for e in self.events if e.kind == "host_sync")
 
     @property
@@ -311,8 +317,6 @@ class Monitor:
         self._limit_hits: list[tuple[tc.RawLimitHit, Location | None]] = []
         self._last_recompile: Location | None = None
         self._skip_compile_ids: set[str | None] = set()
-        #: id(graph) -> [graph, calls]: the calls of each compiled graph that has host syncs.
-        self._sync_calls: dict[int, list[Any]] = {}
 
     @property
     def root(self) -> str:
@@ -331,6 +335,7 @@ class Monitor:
         if self._reset:
             _torch_compat.reset_dynamo()
         self.report._counted = _torch_compat.CounterView()
+        self.report._sync_calls = {}
         self.report._asic.start(reset_devices=self._reset)
         self._cm = _torch_compat.tapped(self)
         self._cm.__enter__()
@@ -472,12 +477,17 @@ class Monitor:
 
     def on_host_syncs(self, raw: tc.RawGraphSyncs) -> None:
         # On every call of a graph with syncs: kept cheap, the events are made at the end.
+        calls = self.report._sync_calls
+        if calls is None:
+            return  # the block ended (another thread's late call)
+        entry = calls.get(id(raw))
+        if entry is None:
+            # Where this call came from: the first call of the graph in this block names it.
+            callers = raw.callers()
+            with self._lock:
+                entry = calls.setdefault(id(raw), [raw, 0, callers])
         with self._lock:
-            entry = self._sync_calls.get(id(raw))
-            if entry is None:
-                self._sync_calls[id(raw)] = [raw, 1]
-            else:
-                entry[1] += 1
+            entry[1] += 1
 
     def on_limit_hit(self, raw: tc.RawLimitHit) -> None:
         # Dynamo warns while compiling the recompile that hit the limit: the last one seen.
@@ -581,10 +591,12 @@ class Monitor:
         """One event per op at each place of the user's code, with the calls that ran it: a
         graph compiled twice (a recompile) or a helper's sync reached from one line is one
         entry."""
+        with self._lock:
+            ran, self.report._sync_calls = self.report._sync_calls or {}, None
         merged: dict[tuple[object, ...], BreakEvent] = {}
-        for graph, calls in self._sync_calls.values():
+        for graph, calls, callers in ran.values():
             for site in graph.sites:
-                location = self._locate(site.stack)
+                location = self._locate([*callers, *site.traced])
                 event = BreakEvent(
                     kind="host_sync",
                     gb_type=site.op,

@@ -284,38 +284,32 @@ def render_failure(
 
 
 def allow_hint(problems: Sequence[BreakEvent], *, spelling: str = "marker") -> str:
-    """How to tolerate these breaks, naming the first one's id (or type) as the example: the
-    root cause's id for a chain, which allows the whole chain.
-
-    When host fallbacks or host syncs come after other breaks, a line says how to accept them.
-    """
+    """How to tolerate these problems: one line per kind among them, the breaks' first, naming
+    the first break's id (or type) as the example: the root cause's id for a chain, which
+    allows the whole chain."""
     options = _OPTIONS_SPELLING[spelling]
-    first = problems[0] if problems else None
-    host = f"To accept host fallbacks: {options.format('allow_host_fallback=True')}."
-    syncs = sum(p.calls or 1 for p in problems if p.kind == "host_sync")
-    sync = (
-        f"To accept host syncs: {options.format(f'max_host_syncs={syncs}')} (the number this "
-        "run executed; the test fails when it executes more)."
-    )
-    if first is not None and first.kind in ("host_fallback", "host_sync"):
-        kinds = {p.kind for p in problems}
-        return "\n".join(
-            text for kind, text in (("host_sync", sync), ("host_fallback", host)) if kind in kinds
-        )
-    if first is not None and first.kind == "recompile":
-        hint = f"To accept more recompiles: {options.format('max_recompiles=N')}."
-    else:
+    kinds = {p.kind for p in problems}
+    breaks = [p for p in problems if p.kind not in ("host_fallback", "host_sync", "recompile")]
+    lines = []
+    if breaks or not problems:
+        first = breaks[0] if breaks else None
         example = (first.gb_id or first.gb_type) if first is not None else "GB0170"
         allow = f'allow=[r"{_regex_escape(example)}"]'
-        hint = (
+        lines.append(
             f"To allow a known break: {options.format(allow)}"
             " (regexes searched in the id, type, reason and file:line)."
         )
+    if "recompile" in kinds:
+        lines.append(f"To accept more recompiles: {options.format('max_recompiles=N')}.")
+    syncs = sum(p.calls or 1 for p in problems if p.kind == "host_sync")
     if syncs:
-        hint += "\n" + sync
-    if any(p.kind == "host_fallback" for p in problems):
-        hint += "\n" + host
-    return hint
+        lines.append(
+            f"To accept host syncs: {options.format(f'max_host_syncs={syncs}')} (the number "
+            "this run executed; the test fails when it executes more)."
+        )
+    if "host_fallback" in kinds:
+        lines.append(f"To accept host fallbacks: {options.format('allow_host_fallback=True')}.")
+    return "\n".join(lines)
 
 
 def _regex_escape(text: str) -> str:

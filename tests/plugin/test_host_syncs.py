@@ -352,6 +352,14 @@ def test_an_observed_test_counts_the_syncs_of_code_compiled_before_it(
     result.assert_outcomes(passed=2)
     assert entries["test_order.py::test_first"]["host_syncs"] == 1
     assert entries["test_order.py::test_second"]["host_syncs"] == 2
+    # Each test's sync is reached from its own line, not from the line that compiled it.
+    text = (sync_models.path / "test_order.py").read_text().splitlines()
+    for name, call in (("test_first", "compiled(torch.randn(4))"), ("test_second", "compiled(")):
+        (sync,) = entries[f"test_order.py::{name}"]["breaks"]
+        line = sync["call_sites"][-1]["line"]
+        start = next(i for i, t in enumerate(text, 1) if f"def {name}" in t)
+        assert line == start + 1, (name, sync["call_sites"])
+        assert call in text[line - 1], (name, sync["call_sites"])
 
 
 def test_bad_max_host_syncs_is_a_usage_error(sync_models: pytest.Pytester) -> None:
@@ -540,3 +548,61 @@ def test_figures_are_the_same_serially_and_under_xdist(sync_models: pytest.Pytes
         tests = json.loads((sync_models.path / "r.json").read_text())["tests"]
         figures.append({nodeid: entry["host_syncs"] for nodeid, entry in tests.items()})
     assert figures[0] == figures[1] == {f"test_order.py::test_calls[{n}]": n for n in (1, 2, 3, 4)}
+
+
+def test_the_count_does_not_depend_on_inductors_caches(sync_models: pytest.Pytester) -> None:
+    """A float ``.item()`` inductor turns back into tensor math is no sync, in the test that
+    compiled it first (cold caches) and in the one after it (a warm AOTAutograd cache, which
+    skips the graph that tells)."""
+    sync_models.makepyfile(
+        test_cache=f"""
+        import pytest, torch
+        import sync_models as M
+
+        @pytest.mark.no_graph_break(max_host_syncs=0)
+        @pytest.mark.parametrize("run", [1, 2])
+        def test_item(run):
+            with torch._dynamo.config.patch({CAPTURE}):
+                torch.compile(M.item, backend="inductor")(torch.randn(4))
+                torch.compile(M.int_of, backend="inductor")(torch.randn(4))
+        """
+    )
+    result, entries = run(sync_models, "--nobreak-backend", "inductor")
+    result.assert_outcomes(failed=2)  # the int() read is a sync either way
+    for n in (1, 2):
+        syncs = entries[f"test_cache.py::test_item[{n}]"]["breaks"]
+        assert [(s["gb_type"], s["calls"]) for s in syncs] == [("int(tensor)", 1)], n
+
+
+def test_syncs_on_the_asic_keep_dynamic_shapes_dynamic(sync_models: pytest.Pytester) -> None:
+    """The device's count of a sync adds no guard: one graph for every batch size."""
+    write_test(
+        sync_models,
+        "lin = torch.nn.Linear(4, 4)\n"
+        '                g = torch.compile(lambda x: M.mask(lin(x)), backend="asic", '
+        "dynamic=True)\n"
+        "                with torch.no_grad():\n"
+        "                    for b in (2, 3, 5, 7): g(torch.randn(b, 4))",
+        marker="no_graph_break(max_host_syncs=4, max_recompiles=0)",
+    )
+    result, entries = run(sync_models)
+    result.assert_outcomes(passed=1)
+    entry = entries["test_case.py::test_case"]
+    assert (entry["graphs"], entry["recompiles"], entry["host_syncs"]) == (1, 0, 4)
+    assert (entry["asic"]["syncs"], entry["asic"]["dut_ops"]) == (4, 4)
+
+
+def test_nobreak_report_counts_host_syncs_while_the_test_runs(
+    sync_models: pytest.Pytester,
+) -> None:
+    write_test(
+        sync_models,
+        'f = torch.compile(M.mask, backend="eager")\n'
+        "                f(torch.randn(4)); f(torch.randn(4))\n"
+        "                assert nobreak_report.host_syncs == 2",
+        marker="no_graph_break(max_host_syncs=None)",
+    )
+    path = sync_models.path / "test_case.py"
+    path.write_text(path.read_text().replace("def test_case():", "def test_case(nobreak_report):"))
+    result, _ = run(sync_models)
+    result.assert_outcomes(passed=1)
