@@ -28,6 +28,8 @@ def test_a_copy_from_an_accelerator_to_the_host_is_a_sync() -> None:
     assert sync_form(_graph("cpu", on_gpu, on_host)) == FORMS["copy"]
     assert sync_form(_graph("cpu", host, host)) is None  # already on the host
     assert sync_form(_graph("cuda", host, on_gpu)) is None  # host to device: no wait
+    # A host tensor made from a device one's metadata reads no data back.
+    assert sync_form(_graph("new_zeros", on_gpu, host)) is None
 
 
 def test_an_op_known_only_by_its_tags_is_a_sync() -> None:

@@ -606,3 +606,43 @@ def test_nobreak_report_counts_host_syncs_while_the_test_runs(
     path.write_text(path.read_text().replace("def test_case():", "def test_case(nobreak_report):"))
     result, _ = run(sync_models)
     result.assert_outcomes(passed=1)
+
+
+def test_unmarked_syncs_fail_the_run_only_where_marked_ones_would(
+    sync_models: pytest.Pytester,
+) -> None:
+    """``--nobreak-unmarked fail``: an unmarked test's syncs are reported; they fail the run
+    under the ASIC, as they fail a marked test there, and not under another backend."""
+    sync_models.makepyfile(
+        test_unmarked=f"""
+        import torch
+        import sync_models as M
+
+        def test_syncs():
+            with torch._dynamo.config.patch({CAPTURE}), torch.no_grad():
+                torch.compile(M.int_of, backend="asic")(torch.randn(4))
+        """
+    )
+    result, entries = run(sync_models, "--nobreak-all", "--nobreak-unmarked", "fail")
+    assert result.ret == 0, result.stdout.str()
+    assert entries["test_unmarked.py::test_syncs"]["host_syncs"] == 1
+    result, _ = run(sync_models, "--nobreak-all", "--nobreak-unmarked", "fail", "--asic-backend")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["nobreak: 1 unmarked test with breaks*"])
+
+
+def test_the_failure_says_how_to_accept_each_kind_of_problem(sync_models: pytest.Pytester) -> None:
+    write_test(
+        sync_models,
+        'f = torch.compile(M.mask, backend="eager", dynamic=False)\n'
+        "                f(torch.randn(4)); f(torch.randn(5))",
+        marker="no_graph_break(max_host_syncs=0, max_recompiles=0)",
+    )
+    result, _ = run(sync_models)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "To accept more recompiles: @pytest.mark.no_graph_break(max_recompiles=N).",
+            "To accept host syncs: @pytest.mark.no_graph_break(max_host_syncs=2)*",
+        ]
+    )
