@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from asic_backend import numerics
+from asic_backend import host_gemm, numerics
 from asic_backend.numerics import INT_MM_MAX_K, INT_MM_MIN_K, AccOverflow
 
 __all__ = ["ConvGeometry", "conv_i32", "conv_out_size", "im2col", "per_dim"]
@@ -369,7 +369,8 @@ def _int_mm_conv(
     bias_i32: torch.Tensor | None,
     acc_overflow: AccOverflow,
 ) -> torch.Tensor:
-    """A dense conv as ``torch._int_mm`` on the im2col matrix, exact for K <= INT_MM_MAX_K.
+    """A dense conv as the host's exact int8 GEMM (:mod:`asic_backend.host_gemm`) on the im2col
+    matrix, exact for K <= INT_MM_MAX_K.
 
     The product is taken filters-first, one ``[C_out, K] x [K, points]`` GEMM per sample, so it
     lands in ``[N, C_out, *out]`` order: as fast as the points-first GEMM, and the result needs
@@ -381,7 +382,7 @@ def _int_mm_conv(
     points = math.prod(geo.out_size)
     acc = torch.empty((geo.batch, geo.out_channels, points), dtype=torch.int32)
     for n in range(geo.batch):
-        torch._int_mm(rows, cols[n * points : (n + 1) * points].t(), out=acc[n])
+        host_gemm.mm_i32(rows, cols[n * points : (n + 1) * points], out=acc[n])
     corr = bias_i32.to(torch.int64) if bias_i32 is not None else None
     if zp != 0:
         folded = -zp * rows.sum(dim=1, dtype=torch.int64)

@@ -25,6 +25,8 @@ import warnings
 
 import torch
 
+from asic_backend import host_gemm
+
 # Defined with the config fields they type; re-exported here, where the numerics use them.
 from asic_backend.config import ACC_OVERFLOWS, REQUANT_ROUNDINGS
 from asic_backend.config import AccOverflow as AccOverflow
@@ -191,8 +193,13 @@ def _int_mm_is_exact() -> bool:
 
 
 def int_mm_applies(k: int) -> bool:
-    """Whether ``torch._int_mm`` computes a reduction of length ``k`` exactly on this host."""
-    return INT_MM_MIN_K <= k <= INT_MM_MAX_K and _int_mm_is_exact()
+    """Whether the int32 fast path (:func:`asic_backend.host_gemm.mm_i32`, with this process's
+    kernel) computes a reduction of length ``k`` exactly on this host."""
+    if k > INT_MM_MAX_K:
+        return False
+    if host_gemm.kernel() != "int_mm":
+        return True
+    return k >= INT_MM_MIN_K and _int_mm_is_exact()
 
 
 def _row_major(x: torch.Tensor) -> torch.Tensor:
@@ -217,7 +224,7 @@ def _rowsum_w(w_q: torch.Tensor, use_int_mm: bool) -> torch.Tensor:
     if use_int_mm:
         # An int8 reduction in torch is ~100x slower than a 1-row _int_mm; |Σ| ≤ 128·K fits int32.
         ones = torch.ones((1, k), dtype=torch.int8, device=w_q.device)
-        return torch._int_mm(ones, w_q.t())[0].to(torch.int64)
+        return host_gemm.mm_i32(ones, w_q)[0].to(torch.int64)
     return w_q.sum(dim=1, dtype=torch.int64)
 
 
@@ -281,7 +288,7 @@ def linear_i32(
     # acc is int32 on the fast path, else exact int64 (narrowed at the end).
     if fast:
         a_q, w_q = _row_major(a_q), _row_major(w_q)
-        acc = torch._int_mm(a_q, w_q.t())
+        acc = host_gemm.mm_i32(a_q, w_q)
     else:
         acc = _exact_gemm_i64(a_q, w_q)
     if not has_zp and bias_i32 is None:
@@ -328,7 +335,7 @@ def bmm_i32(
     check_gemm_operands(a_q[0], w_q[0])
     acc = torch.empty((batch, m, w_q.shape[1]), dtype=torch.int32, device=a_q.device)
     for i in range(batch):  # exact: no int8 reduction of length k can leave int32
-        torch._int_mm(_row_major(a_q[i]), _row_major(w_q[i]).t(), out=acc[i])
+        host_gemm.mm_i32(_row_major(a_q[i]), _row_major(w_q[i]), out=acc[i])
     return acc
 
 
