@@ -11,9 +11,10 @@ exactly. Three kernels are exact for every reduction length the int32 fast path 
   sums are integers of at most 2^24, which float32 holds exactly, in any summation order;
 - ``float64``: one float64 GEMM, exact while K·2^14 < 2^53.
 
-:func:`kernel` picks one per process: ``$ASIC_HOST_GEMM`` (``int_mm``, ``float32``, ``float64``
-or ``auto``), else ``auto``: ``int_mm`` on a CPU with an int8 dot-product unit, ``float32``
-otherwise. :func:`mm_i32` is the product every DUT GEMM goes through.
+:func:`kernel` picks one: ``$ASIC_HOST_GEMM`` (``int_mm``, ``float32``, ``float64`` or
+``auto``), else ``auto``: ``int_mm`` on a CPU with an int8 dot-product unit, ``float32``
+otherwise. The CPU is read once per process; the variable on each use (a dictionary lookup),
+so a test or a benchmark can set it. :func:`mm_i32` is the product every DUT GEMM goes through.
 
 >>> kernel()                                  # on an AVX2-only host
 'float32'
@@ -30,7 +31,7 @@ from collections.abc import Iterator
 
 import torch
 
-__all__ = ["ENV_VAR", "FLOAT32_SLICE", "KERNELS", "forced", "kernel", "mm_i32"]
+__all__ = ["ENV_VAR", "FLOAT32_SLICE", "KERNELS", "describe", "forced", "kernel", "mm_i32"]
 
 #: The kernels, by name.
 KERNELS: tuple[str, ...] = ("int_mm", "float32", "float64")
@@ -60,6 +61,18 @@ def _from_env(value: str) -> str:
     if value not in KERNELS:
         raise ValueError(f"${ENV_VAR}={value!r} is not one of {', '.join((*KERNELS, 'auto'))}")
     return value
+
+
+def describe() -> str:
+    """One line for report headers: the kernel and why it was chosen."""
+    name = kernel()
+    if _forced:
+        return f"{name} (forced)"
+    spec = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
+    if spec != "auto":
+        return f"{name} (${ENV_VAR}={spec})"
+    unit = "an int8 dot-product unit" if has_int8_unit() else "no int8 dot-product unit"
+    return f"{name} (auto: {unit} on this CPU)"
 
 
 @functools.cache

@@ -38,6 +38,7 @@ def pytest_configure(config: pytest.Config) -> None:
         _check_backend_name(settings.backend)
     if settings.asic:
         _check_asic_device(settings)
+        _check_host_gemm()
     config.stash[CONFIG_KEY] = settings
     config.pluginmanager.register(NobreakSession(config, settings), SESSION_PLUGIN_NAME)
     config.pluginmanager.register(BenchmarkPlugin(config, settings), BENCHMARK_PLUGIN_NAME)
@@ -46,7 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(HtmlColumns(config), HTML_PLUGIN_NAME)
 
 
-def pytest_report_header(config: pytest.Config) -> str | None:
+def pytest_report_header(config: pytest.Config) -> str | list[str] | None:
     settings = config.stash.get(CONFIG_KEY, None)
     if settings is None:
         return None
@@ -54,8 +55,13 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     if settings.fail_unmarked:
         scope += " (breaks in unmarked tests fail the run)"
     if settings.fixture_backend == ASIC_BACKEND:
+        from asic_backend import host_gemm  # torch: the ASIC backend imports it anyway
+
         device = settings.asic_config().describe()
-        return f"nobreak: backend=asic, device={device}, watching {scope}"
+        return [
+            f"nobreak: backend=asic, device={device}, watching {scope}",
+            f"nobreak: host GEMM kernel {host_gemm.describe()}",
+        ]
     return f"nobreak: backend={settings.fixture_backend}, watching {scope}"
 
 
@@ -69,6 +75,16 @@ def _check_backend_name(name: str) -> None:
             f"--nobreak-backend {name}: unknown torch.compile backend; known: "
             f"{', '.join(sorted(known))}"
         )
+
+
+def _check_host_gemm() -> None:
+    """A bad ``$ASIC_HOST_GEMM`` stops the run at once (exit 4, one line), not in a compile."""
+    from asic_backend import host_gemm
+
+    try:
+        host_gemm.kernel()
+    except ValueError as exc:
+        raise pytest.UsageError(f"asic: {exc}") from None
 
 
 def _check_asic_device(settings: NobreakConfig) -> None:

@@ -1,0 +1,49 @@
+"""``$ASIC_HOST_GEMM`` under ``--asic-backend``: the header names the kernel, a bad value is a
+usage error before any test."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(test_one="def test_one():\n    pass\n")
+    return pytester
+
+
+@pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        ("float64", "nobreak: host GEMM kernel float64 ($ASIC_HOST_GEMM=float64)"),
+        ("int_mm", "nobreak: host GEMM kernel int_mm ($ASIC_HOST_GEMM=int_mm)"),
+        ("auto", "nobreak: host GEMM kernel * (auto: * int8 dot-product unit on this CPU)"),
+    ],
+)
+def test_the_header_names_the_kernel(
+    suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, env: str, line: str
+) -> None:
+    monkeypatch.setenv("ASIC_HOST_GEMM", env)
+    result = suite.runpytest("-p", "no:cacheprovider", "--asic-backend")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["nobreak: backend=asic, *", line])
+
+
+def test_a_bad_kernel_is_a_usage_error(
+    suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ASIC_HOST_GEMM", "fastest")
+    result = suite.runpytest("-p", "no:cacheprovider", "--asic-backend")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: asic: $ASIC_HOST_GEMM='fastest' is not one of int_mm, float32, float64, auto"]
+    )
+
+
+def test_without_the_asic_backend_the_kernel_is_not_read(
+    suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ASIC_HOST_GEMM", "fastest")
+    result = suite.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert "host GEMM" not in result.stdout.str()
