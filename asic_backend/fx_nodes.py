@@ -30,6 +30,7 @@ __all__ = [
     "dtype_of",
     "example_value",
     "get_arg",
+    "graph_modules",
     "int_dims",
     "is_graph_input",
     "is_outer_product",
@@ -83,6 +84,12 @@ def real_tensor(gm: fx.GraphModule, node: Any) -> torch.Tensor | None:
     grapharg = node.meta.get("grapharg")
     example = getattr(grapharg, "example", None) if node.op == "placeholder" else None
     return example if isinstance(example, torch.Tensor) else None
+
+
+def graph_modules(gm: fx.GraphModule) -> list[fx.GraphModule]:
+    """``gm`` and the subgraphs of its higher-order ops (``torch.cond`` branches, nested compile
+    regions, ...), which run GEMMs of their own: every pass walks them all."""
+    return [m for _, m in gm.named_modules() if isinstance(m, fx.GraphModule)]
 
 
 def get_arg(node: fx.Node, index: int, name: str, default: Any = None) -> Any:

@@ -41,14 +41,13 @@ import functools
 import linecache
 import operator
 import re
-from collections.abc import Iterable
 from typing import Any
 
 import torch
 from torch import fx
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from asic_backend.fx_nodes import example_value
+from asic_backend.fx_nodes import example_value, graph_modules
 
 __all__ = ["FORMS", "HostSync", "find_host_syncs", "sync_form"]
 
@@ -109,7 +108,7 @@ def find_host_syncs(gm: fx.GraphModule) -> tuple[HostSync, ...]:
     """Every host sync of ``gm`` (its subgraphs included), one entry per op and traced stack,
     in graph order."""
     found: dict[HostSync, int] = {}
-    for module in _graph_modules(gm):
+    for module in graph_modules(gm):
         for node in module.graph.nodes:
             form = sync_form(node)
             if form is None:
@@ -322,8 +321,3 @@ def _frames(node: fx.Node) -> tuple[tuple[str, int, str], ...]:
     return tuple(
         (m["file"], int(m["line"]), m["func"].strip()) for m in _FRAME.finditer(str(trace))
     )
-
-
-def _graph_modules(gm: fx.GraphModule) -> Iterable[fx.GraphModule]:
-    """``gm`` and the subgraphs of its higher-order ops (``torch.cond`` branches, ...)."""
-    return [m for m in gm.modules() if isinstance(m, fx.GraphModule)]

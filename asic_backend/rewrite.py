@@ -23,7 +23,7 @@ from torch import fx
 from torch._guards import detect_fake_mode
 
 from asic_backend.device import HostFallback
-from asic_backend.fx_nodes import dtype_of, op_name, user_frame, where
+from asic_backend.fx_nodes import dtype_of, graph_modules, op_name, user_frame, where
 
 __all__ = [
     "HOST_OP_KEY",
@@ -141,12 +141,6 @@ class Rewrite:
         self.summary.host.append(
             HostFallback(op=name, reason=reason, file=file, line=line, source=source)
         )
-
-
-def graph_modules(gm: fx.GraphModule) -> list[fx.GraphModule]:
-    """``gm`` and the subgraphs of its higher-order ops (``torch.cond`` branches, nested compile
-    regions, ...), which run GEMMs of their own: every pass walks them all."""
-    return [m for _, m in gm.named_modules() if isinstance(m, fx.GraphModule)]
 
 
 def merged(summaries: list[LoweringSummary]) -> LoweringSummary:

@@ -228,6 +228,12 @@ class NobreakConfig:
         """The backend ``nobreak_compile`` uses: ``asic`` under ``--asic-backend``."""
         return ASIC_BACKEND if self.asic else self.backend
 
+    @property
+    def host_syncs_fail(self) -> bool:
+        """Whether a host sync fails a test unless its marker says otherwise: on the simulated
+        ASIC, which cannot run one (each stops the device, as in the seed); not elsewhere."""
+        return self.fixture_backend == ASIC_BACKEND
+
     @classmethod
     def from_pytest_config(cls, config: pytest.Config) -> NobreakConfig:
         values = {opt.flag: _value(config, opt) for opt in OPTIONS}

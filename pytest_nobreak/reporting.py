@@ -28,7 +28,7 @@ from pytest_nobreak.baseline import (
     updated,
     write_baseline,
 )
-from pytest_nobreak.config import ASIC_BACKEND, NobreakConfig
+from pytest_nobreak.config import NobreakConfig
 from pytest_nobreak.events import REQUIRED_ASIC_FIGURES, REQUIRED_CORE_FIGURES, Figures
 from pytest_nobreak.json_report import TestRecord
 from pytest_nobreak.model_items import model_notes
@@ -164,7 +164,7 @@ class SessionReporter:
         count as a marked test's do: on the ASIC, not under another backend."""
         if not self.settings.fail_unmarked:
             return []
-        syncs_fail = self.settings.fixture_backend == ASIC_BACKEND
+        syncs_fail = self.settings.host_syncs_fail
         return [
             r.nodeid
             for r in self.records.values()
