@@ -31,14 +31,8 @@ from asic_backend import numerics
 from asic_backend.conv import ConvGeometry, conv_out_size
 from asic_backend.device import get_device, run_conv_i32, run_conv_requant
 from asic_backend.oplib import dut_op
-from asic_backend.quant_ops import (
-    Pt2eOutput,
-    new_cache,
-    pt2e_activation,
-    qlinear_params,
-    quantize_sym_rows,
-    stamp,
-)
+from asic_backend.quant_ops import Pt2eOutput, pt2e_activation, qlinear_params, quantize_sym_rows
+from asic_backend.tensor_cache import new_cache, stamp
 
 __all__ = ["dyn_conv", "qconv"]
 

@@ -20,18 +20,17 @@ torch.Size([4, 32])
 from __future__ import annotations
 
 import dataclasses
-import threading
-from collections.abc import Callable, MutableMapping
-from typing import Any, TypeVar, cast
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
-from torch.utils.weak import WeakIdKeyDictionary
 
 from asic_backend import numerics
 from asic_backend.device import get_device, run_bmm_i32, run_linear_requant, run_mm_i32
 from asic_backend.numerics import INT8_MAX, INT8_MIN
 from asic_backend.oplib import dut_op
+from asic_backend.tensor_cache import new_cache, stamp
 
 #: uint8 activations (PT2E x86) enter the int8 array shifted by this; exact, both ways.
 UINT8_SHIFT = 128
@@ -41,7 +40,6 @@ F32_EPS = float(torch.finfo(torch.float32).eps)
 #: Input dtypes the dynamic quantizers take (float64 is refused: it would silently lose precision).
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
-_T = TypeVar("_T")
 
 # Typed handles on two untyped torch helpers (mypy --strict).
 _torch_check: Callable[[Any, Callable[[], str]], None] = torch._check
@@ -123,49 +121,6 @@ def quantize_sym_rows(x: Tensor) -> tuple[Tensor, Tensor]:
     return quantize_rows(x, scale, None, INT8_MIN, INT8_MAX), scale
 
 
-def stamp(t: Tensor | None) -> tuple[Any, ...] | None:
-    """What identifies ``t``'s current contents, or None when that cannot be known."""
-    if t is None:
-        return ()
-    if t.is_inference():
-        # No version counter: an in-place write would go unnoticed.
-        return None
-    return (t.data_ptr(), t._version, tuple(t.shape), tuple(t.stride()), t.dtype)
-
-
-class TensorCache:
-    """Values derived from a long-lived tensor (a weight), keyed by that tensor itself.
-
-    An entry lives as long as its key tensor (weak keys) and is remade when the stamp changes: an
-    in-place write bumps ``_version``, a swap changes ``data_ptr``. Without a stamp (inference
-    tensors) the value is recomputed on every call rather than risk serving stale numbers.
-    """
-
-    def __init__(self) -> None:
-        self._entries = cast(
-            "MutableMapping[Tensor, tuple[tuple[Any, ...], Any]]", WeakIdKeyDictionary()
-        )
-        self._lock = threading.Lock()
-
-    def get(self, key: Tensor, version: tuple[Any, ...] | None, make: Callable[[], _T]) -> _T:
-        """The value made for ``key`` at ``version`` (a :func:`stamp`); None: always remake."""
-        if version is None:
-            return make()
-        with self._lock:
-            hit = self._entries.get(key)
-        if hit is not None and hit[0] == version:
-            value: _T = hit[1]
-            return value
-        value = make()
-        with self._lock:
-            self._entries[key] = (version, value)
-        return value
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-
-
 def _quantize_weight(w: Tensor, transposed: bool) -> tuple[Tensor, Tensor]:
     w_nk = w.detach().t() if transposed else w.detach()
     q, scale = quantize_sym_rows(w_nk)
@@ -179,27 +134,10 @@ def _cached_weight(w: Tensor, transposed: bool) -> tuple[Tensor, Tensor]:
     )
 
 
-#: Every cache of values derived from weights, so :func:`clear_caches` empties them all.
-CACHES: list[TensorCache] = []
-
-
-def new_cache() -> TensorCache:
-    """A :class:`TensorCache` that :func:`clear_caches` clears."""
-    cache = TensorCache()
-    CACHES.append(cache)
-    return cache
-
-
 #: Quantized float weights (``asic::dyn_linear``).
 _weight_cache = new_cache()
 #: PT2E per-layer DUT parameters: checked weight zero point, requant multipliers, int32 bias.
 _qparams_cache = new_cache()
-
-
-def clear_caches() -> None:
-    """Forget every cached quantized weight and requantization parameter."""
-    for cache in CACHES:
-        cache.clear()
 
 
 def _out_shape(x: Tensor, n: int | torch.SymInt) -> list[int | torch.SymInt]:
