@@ -10,9 +10,11 @@ into place (col2im).
 The accumulator is the numeric contract of :mod:`asic_backend.numerics` applied to every output
 point: ``acc = Σ (x_q − zp)·w_q (+ bias_i32)`` over the window, padding contributing nothing,
 exact, then wrapped or saturated to int32 once. It is computed with ``torch._int_mm`` on the
-im2col matrix where that is exact and pays (dense, K ≥ 2), and otherwise as a float convolution
-of the integer values, which is exact while every partial sum stays an integer below 2^24
-(float32) or 2^53 (float64): the order of exact integer additions does not matter.
+im2col matrix where that is exact and pays (dense, K ≥ 2, on a host whose GEMM kernel is
+``int_mm``: :mod:`asic_backend.host_gemm`), and otherwise as float convolutions of the integer
+values, which are exact while every partial sum stays an integer below 2^24 (float32, sliced
+by input channels to stay there) or 2^53 (float64): the order of exact integer additions does
+not matter.
 
 >>> geo = ConvGeometry.of((2, 3, 8, 8), (4, 3, 3, 3), stride=1, padding=1, dilation=1, groups=1)
 >>> geo.out_shape, geo.gemm           # (M, K, N) per group
@@ -31,7 +33,8 @@ import torch
 import torch.nn.functional as F
 
 from asic_backend import host_gemm, numerics
-from asic_backend.numerics import INT_MM_MAX_K, INT_MM_MIN_K, AccOverflow
+from asic_backend.host_gemm import INT_MM_MIN_K
+from asic_backend.numerics import INT_MM_MAX_K, AccOverflow
 
 __all__ = ["ConvGeometry", "conv_i32", "conv_out_size", "im2col", "per_dim"]
 
@@ -319,17 +322,32 @@ def conv_i32(
         and geo.groups == 1
         and INT_MM_MIN_K <= geo.gemm[1] <= INT_MM_MAX_K
         and not isinstance(zp, torch.Tensor)
-        and numerics.int_mm_applies(geo.gemm[1])
+        and host_gemm.kernel() == "int_mm"
+        and host_gemm.int_mm_is_exact()
     ):
         return _int_mm_conv(x_q, w_q, geo, zp, bias_i32, acc_overflow)
-    dtype = _float_dtype(bound)
+    slices = _float32_slices(geo, max_x)
+    dtype = torch.float32 if slices else _float_dtype(bound)
     xf = x_q.to(dtype)
     if isinstance(zp, torch.Tensor):
         xf = xf - zp.to(dtype).reshape(-1, *([1] * (geo.spatial + 1)))
     elif zp != 0:
         xf = xf - zp
     # Zero padding of (x - zp) is padding x with its zero-point: it adds nothing.
-    exact = _float_conv(xf, w_q.to(dtype), geo)
+    wf = host_gemm.float_weight(w_q, dtype)
+    if slices and len(slices) > 1:
+        # Input-channel slices short enough for float32, summed exactly in int32/int64.
+        acc_dtype = torch.int32 if fits_int32 else torch.int64
+        dim = 0 if geo.transposed else 1
+        exact = sum(
+            (
+                _float_conv(xf[:, lo:hi], wf.narrow(dim, lo, hi - lo), geo).to(acc_dtype)
+                for lo, hi in slices
+            ),
+            start=torch.zeros((), dtype=acc_dtype),
+        )
+    else:
+        exact = _float_conv(xf, wf, geo)
     if bias_i32 is not None:
         bias_view = bias_i32.reshape(1, -1, *([1] * geo.spatial))
         exact = exact.to(torch.int64) if exact.is_floating_point() else exact
@@ -337,6 +355,26 @@ def conv_i32(
     if fits_int32:
         return exact.to(torch.int32).contiguous()
     return numerics.narrow_i32(exact.to(torch.int64), acc_overflow).contiguous()
+
+
+def _float32_slices(geo: ConvGeometry, max_x: int) -> list[tuple[int, int]]:
+    """The input-channel ranges of float32 convolutions whose partial sums stay below 2^24 (one
+    range when the whole convolution does), or none where float32 cannot be used.
+
+    A float32 convolution (oneDNN) is as fast as the host's fp32 convolutions; an int8 one on
+    the host is not where the CPU has no int8 dot-product unit, and float64 is several times
+    slower. Grouped convolutions reduce within a group, so they are sliced only when whole.
+    """
+    if not (_fp32_ieee() and _float32_conv_is_exact()):
+        return []
+    if geo.reduction * max_x * 128 < _F32_EXACT:
+        return [(0, geo.in_channels)]
+    per_channel = math.prod(geo.kernel) * max_x * 128
+    channels = geo.in_channels
+    step = (_F32_EXACT - 1) // per_channel
+    if geo.groups != 1 or step == 0:
+        return []
+    return [(lo, min(lo + step, channels)) for lo in range(0, channels, step)]
 
 
 def _float_conv(x: torch.Tensor, w: torch.Tensor, geo: ConvGeometry) -> torch.Tensor:

@@ -9,12 +9,18 @@ exactly. Three kernels are exact for every reduction length the int32 fast path 
 - ``float32``: float32 GEMMs over slices of at most :data:`FLOAT32_SLICE` of K, summed in
   int32: every product of two int8 values is at most 2^14 in magnitude, so each slice's partial
   sums are integers of at most 2^24, which float32 holds exactly, in any summation order;
-- ``float64``: one float64 GEMM, exact while K·2^14 < 2^53.
+- ``float64``: one float64 GEMM, exact while K·2^14 < 2^53. Measured never faster than
+  ``float32`` (1.3-1.8x slower at each of the int8 benchmark's layer shapes, on an AVX-512
+  host), so only forcing it picks it.
 
 :func:`kernel` picks one: ``$ASIC_HOST_GEMM`` (``int_mm``, ``float32``, ``float64`` or
 ``auto``), else ``auto``: ``int_mm`` on a CPU with an int8 dot-product unit, ``float32``
 otherwise. The CPU is read once per process; the variable on each use (a dictionary lookup),
-so a test or a benchmark can set it. :func:`mm_i32` is the product every DUT GEMM goes through.
+so a test or a benchmark can set it. Under ``int_mm``, a GEMM ``torch._int_mm`` would get wrong
+(K < :data:`INT_MM_MIN_K`, or a host whose int8 kernel saturates) takes ``float32``.
+:func:`mm_i32` and :func:`bmm_i32` are the products every DUT GEMM goes through; the float
+kernels keep the float copy of a weight (``w_static``) while it is unchanged, since converting
+it costs as much as the GEMM.
 
 >>> kernel()                                  # on an AVX2-only host
 'float32'
@@ -27,11 +33,29 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import threading
+import warnings
 from collections.abc import Iterator
 
 import torch
 
-__all__ = ["ENV_VAR", "FLOAT32_SLICE", "KERNELS", "describe", "forced", "kernel", "mm_i32"]
+from asic_backend.tensor_cache import new_cache, stamp
+
+__all__ = [
+    "ENV_VAR",
+    "FLOAT32_SLICE",
+    "INT_MM_MIN_K",
+    "KERNELS",
+    "bmm_i32",
+    "describe",
+    "float_weight",
+    "forced",
+    "has_int8_unit",
+    "int_mm_is_exact",
+    "kernel",
+    "mm_i32",
+    "scratch_i32",
+]
 
 #: The kernels, by name.
 KERNELS: tuple[str, ...] = ("int_mm", "float32", "float64")
@@ -40,6 +64,9 @@ ENV_VAR = "ASIC_HOST_GEMM"
 #: The longest slice of K one float32 GEMM reduces: 1024 · 2^14 = 2^24, float32's last exact
 #: integer step.
 FLOAT32_SLICE = 1024
+#: The smallest K given to ``torch._int_mm``: on CPU (torch 2.13, oneDNN) K = 1 with N >= 2 returns
+#: uninitialized memory, silently (found by the property tests); such GEMMs take ``float32``.
+INT_MM_MIN_K = 2
 #: CPU flags of an int8 dot-product unit (Linux ``/proc/cpuinfo`` names).
 _INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 
@@ -103,37 +130,126 @@ def forced(name: str) -> Iterator[None]:
 
 
 def mm_i32(
-    a_q: torch.Tensor, w_q: torch.Tensor, *, out: torch.Tensor | None = None
+    a_q: torch.Tensor,
+    w_q: torch.Tensor,
+    *,
+    out: torch.Tensor | None = None,
+    w_static: bool = False,
 ) -> torch.Tensor:
     """``a_q [M, K] · w_q [N, K]ᵀ`` of int8 operands as int32 ``[M, N]``, exactly.
 
-    The caller guarantees ``K <= INT_MM_MAX_K`` (no int32 overflow) and, for ``int_mm``,
-    operands ``torch._int_mm`` reads right (see :func:`asic_backend.numerics.int_mm_applies`).
+    The caller guarantees ``K <= INT_MM_MAX_K`` (no int32 overflow). ``w_static``: ``w_q`` is a
+    long-lived operand (a weight), so a float kernel keeps its float copy while it is unchanged
+    (:mod:`asic_backend.tensor_cache`) instead of converting it on every call.
     """
-    name = kernel()
+    name = _kernel_for(a_q.shape[1])
     if name == "int_mm":
-        return (
-            torch._int_mm(a_q, w_q.t(), out=out) if out is not None else torch._int_mm(a_q, w_q.t())
-        )
-    if name == "float64":
-        result = (a_q.double() @ w_q.double().t()).to(torch.int32)
-    else:
-        result = _float32_sliced(a_q, w_q)
-    if out is None:
-        return result
-    return out.copy_(result)
+        a, w = _row_major(a_q), _row_major(w_q).t()
+        return torch._int_mm(a, w, out=out) if out is not None else torch._int_mm(a, w)
+    dtype = torch.float64 if name == "float64" else torch.float32
+    w = float_weight(w_q, dtype) if w_static else w_q.to(dtype)
+    result = _float_mm(a_q.to(dtype), w)
+    return result if out is None else out.copy_(result)
 
 
-def _float32_sliced(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
-    k = a_q.shape[1]
-    a, w = a_q.float(), w_q.float()
-    if k <= FLOAT32_SLICE:
-        return (a @ w.t()).to(torch.int32)
+def bmm_i32(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
+    """``a_q [B, M, K] · w_q[b] [N, K]ᵀ`` per ``b``, int8 operands, as int32 ``[B, M, N]``,
+    exactly (the caller guarantees ``K <= INT_MM_MAX_K``)."""
+    batch, m, k = a_q.shape
+    name = _kernel_for(k)
+    if name == "int_mm":
+        acc = torch.empty((batch, m, w_q.shape[1]), dtype=torch.int32, device=a_q.device)
+        for i in range(batch):
+            mm_i32(a_q[i], w_q[i], out=acc[i])
+        return acc
+    # One batched float GEMM (per K slice) instead of B small ones.
+    dtype = torch.float64 if name == "float64" else torch.float32
+    return _float_mm(a_q.to(dtype), w_q.to(dtype))
+
+
+def scratch_i32(m: int, n: int) -> torch.Tensor:
+    """An int32 ``[m, n]`` accumulator this thread reuses from call to call, for a caller that
+    consumes it before its next GEMM (a dequantizing linear).
+
+    A fresh accumulator of a prefill layer is megabytes the OS must fault in and zero on every
+    call: 1.8 ms of a 6 ms 512×2048×8192 GEMM, measured.
+    """
+    numel = m * n
+    buf: torch.Tensor | None = getattr(_scratch, "buf", None)
+    if buf is None or buf.numel() < numel:
+        # A normal tensor even under inference_mode, so it can be written outside it later.
+        with torch.inference_mode(False):
+            buf = torch.empty(numel, dtype=torch.int32)
+        _scratch.buf = buf
+    return buf[:numel].view(m, n)
+
+
+_scratch = threading.local()
+
+
+def _kernel_for(k: int) -> str:
+    name = kernel()
+    if name == "int_mm" and (k < INT_MM_MIN_K or not int_mm_is_exact()):
+        return "float32"
+    return name
+
+
+def _float_mm(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``a · wᵀ`` over the last two dimensions of integer-valued float operands, as int32; in
+    float32, summed over K slices short enough to stay exact."""
+    k = a.shape[-1]
+    if a.dtype == torch.float64 or k <= FLOAT32_SLICE:
+        return (a @ w.mT).to(torch.int32)
     acc: torch.Tensor | None = None
     for start in range(0, k, FLOAT32_SLICE):
-        part = (a[:, start : start + FLOAT32_SLICE] @ w[:, start : start + FLOAT32_SLICE].t()).to(
-            torch.int32
-        )
+        stop = start + FLOAT32_SLICE
+        part = (a[..., start:stop] @ w[..., start:stop].mT).to(torch.int32)
         acc = part if acc is None else acc.add_(part)
     assert acc is not None
     return acc
+
+
+def float_weight(w_q: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``w_q`` as ``dtype``, kept while the int8 tensor ``w_q`` (a weight) is unchanged."""
+    version = stamp(w_q)
+    return _float_weights.get(
+        w_q, None if version is None else (*version, dtype), lambda: w_q.to(dtype)
+    )
+
+
+#: Float copies of static int8 operands (weights), for the float kernels.
+_float_weights = new_cache()
+
+
+def _row_major(x: torch.Tensor) -> torch.Tensor:
+    """``x`` if oneDNN reads it right as a row-major matrix, else a packed copy.
+
+    ``torch._int_mm`` takes BLAS leading dimensions from the strides, but a size-1 dimension may
+    have any stride (Inductor emits 0) and oneDNN then silently skips the GEMM (pytorch#195066).
+    """
+    if x.stride(1) == 1 and x.stride(0) >= x.shape[1]:
+        return x
+    return x.clone(memory_format=torch.contiguous_format)
+
+
+@functools.cache
+def int_mm_is_exact() -> bool:
+    """Whether ``torch._int_mm`` computes worst-case int8 products exactly on this host.
+
+    Some x86 int8 kernels go through u8·s8 pairs summed in int16 (vpmaddubsw) and saturate there;
+    on such a host the ``int_mm`` kernel hands every GEMM to ``float32``, with a warning.
+    """
+    k = 64
+    vals = torch.tensor([-128, 127, -1, 1], dtype=torch.int8)
+    a = vals.repeat_interleave(k).reshape(4, k)
+    a = torch.cat([a, a.roll(1, dims=1), vals.repeat(k).reshape(4, k)])
+    w = torch.cat([a, a.flip(0)])
+    exact = torch.equal(torch._int_mm(a, w.t()).double(), a.double() @ w.double().t())
+    if not exact:
+        warnings.warn(
+            "asic: torch._int_mm is not exact on this host; the simulator computes its int8 "
+            "GEMMs in float32 instead (correct, slower)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return exact

@@ -20,9 +20,6 @@ custom ops' fake kernels use them too.
 
 from __future__ import annotations
 
-import functools
-import warnings
-
 import torch
 
 from asic_backend import host_gemm
@@ -31,6 +28,7 @@ from asic_backend import host_gemm
 from asic_backend.config import ACC_OVERFLOWS, REQUANT_ROUNDINGS
 from asic_backend.config import AccOverflow as AccOverflow
 from asic_backend.config import RequantRounding as RequantRounding
+from asic_backend.tensor_cache import new_cache, stamp
 
 INT8_MIN, INT8_MAX = -128, 127
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -39,9 +37,6 @@ MAX_INT8_PRODUCT = 2**14
 #: The largest K for which no int8 GEMM can overflow int32 (K·2^14 ≤ 2^31 − 1), so
 #: ``torch._int_mm`` is exact. Static, so the fast path never has to look at the data.
 INT_MM_MAX_K = INT32_MAX // MAX_INT8_PRODUCT
-#: The smallest K given to ``torch._int_mm``: on CPU (torch 2.13, oneDNN) K = 1 with N >= 2 returns
-#: uninitialized memory, silently. Found by the property tests; such GEMMs take the exact path.
-INT_MM_MIN_K = 2
 #: Bounds of a TFLite shift: at most 30 to the left, 31 to the right.
 SHIFT_MIN, SHIFT_MAX = -31, 30
 
@@ -172,45 +167,10 @@ def check_weight_zp(w_zp: torch.Tensor | int | None) -> None:
 # -- the int32 accumulator --------------------------------------------------------------------
 
 
-@functools.cache
-def _int_mm_is_exact() -> bool:
-    # Some x86 int8 kernels go through u8·s8 pairs summed in int16 (vpmaddubsw) and saturate there.
-    # Catch such a host once, on worst-case operands, and fall back to the float64 path there.
-    k = 64
-    vals = torch.tensor([INT8_MIN, INT8_MAX, -1, 1], dtype=torch.int8)
-    a = vals.repeat_interleave(k).reshape(4, k)
-    a = torch.cat([a, a.roll(1, dims=1), vals.repeat(k).reshape(4, k)])
-    w = torch.cat([a, a.flip(0)])
-    exact = torch.equal(torch._int_mm(a, w.t()).double(), a.double() @ w.double().t())
-    if not exact:
-        warnings.warn(
-            "asic: torch._int_mm is not exact on this host; the simulator uses float64 GEMMs "
-            "(correct, slower)",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-    return exact
-
-
 def int_mm_applies(k: int) -> bool:
-    """Whether the int32 fast path (:func:`asic_backend.host_gemm.mm_i32`, with this process's
-    kernel) computes a reduction of length ``k`` exactly on this host."""
-    if k > INT_MM_MAX_K:
-        return False
-    if host_gemm.kernel() != "int_mm":
-        return True
-    return k >= INT_MM_MIN_K and _int_mm_is_exact()
-
-
-def _row_major(x: torch.Tensor) -> torch.Tensor:
-    """``x`` if oneDNN reads it right as a row-major matrix, else a packed copy.
-
-    ``torch._int_mm`` takes BLAS leading dimensions from the strides, but a size-1 dimension may
-    have any stride (Inductor emits 0) and oneDNN then silently skips the GEMM (pytorch#195066).
-    """
-    if x.stride(1) == 1 and x.stride(0) >= x.shape[1]:
-        return x
-    return x.clone(memory_format=torch.contiguous_format)
+    """Whether the int32 fast path (:func:`asic_backend.host_gemm.mm_i32`) computes a reduction
+    of length ``k`` exactly: no int8 GEMM of that length can overflow int32."""
+    return k <= INT_MM_MAX_K
 
 
 def _exact_gemm_i64(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
@@ -218,14 +178,23 @@ def _exact_gemm_i64(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
     return (a_q.double() @ w_q.double().t()).to(torch.int64)
 
 
-def _rowsum_w(w_q: torch.Tensor, use_int_mm: bool) -> torch.Tensor:
-    """Σ_k w_q[n,k] as an exact int64 [N]."""
-    k = w_q.shape[1]
-    if use_int_mm:
-        # An int8 reduction in torch is ~100x slower than a 1-row _int_mm; |Σ| ≤ 128·K fits int32.
-        ones = torch.ones((1, k), dtype=torch.int8, device=w_q.device)
-        return host_gemm.mm_i32(ones, w_q)[0].to(torch.int64)
+def _rowsum_w(w_q: torch.Tensor, fast: bool) -> torch.Tensor:
+    """Σ_k w_q[n,k] as an exact int64 [N], kept while ``w_q`` (a weight) is unchanged."""
+    version = stamp(w_q)
+    key = None if version is None else (*version, fast)
+    return _rowsums.get(w_q, key, lambda: _rowsum(w_q, fast))
+
+
+def _rowsum(w_q: torch.Tensor, fast: bool) -> torch.Tensor:
+    if fast:
+        # An int8 reduction in torch is ~100x slower than a 1-row GEMM; |Σ| ≤ 128·K fits int32.
+        ones = torch.ones((1, w_q.shape[1]), dtype=torch.int8, device=w_q.device)
+        return host_gemm.mm_i32(ones, w_q, w_static=True)[0].to(torch.int64)
     return w_q.sum(dim=1, dtype=torch.int64)
+
+
+#: Σ_k w_q[n,k] of the weights the zero-point correction multiplies.
+_rowsums = new_cache()
 
 
 def narrow_i32(exact: torch.Tensor, acc_overflow: AccOverflow) -> torch.Tensor:
@@ -267,11 +236,15 @@ def linear_i32(
     a_zp: int | torch.Tensor = 0,
     bias_i32: torch.Tensor | None = None,
     acc_overflow: AccOverflow = "wrap",
+    *,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The int32 accumulator ``a_q·w_qᵀ − a_zp·rowsum(w_q) + bias_i32``, shape [M,N], contiguous.
 
     ``a_zp`` is an int, or an int32 tensor: ``[]``/``[1]``/``[1,1]`` per tensor, ``[M,1]`` per row.
     The result is exact then wrapped or saturated per ``acc_overflow``; it never aliases an input.
+    ``out``: a contiguous int32 [M,N] the int32 path may write the result into (such as
+    :func:`asic_backend.host_gemm.scratch_i32`); the returned tensor is the result either way.
 
     >>> a = torch.tensor([[1, -2, 3]], dtype=torch.int8)
     >>> w = torch.tensor([[4, 5, 6], [-1, 0, 1]], dtype=torch.int8)
@@ -286,11 +259,7 @@ def linear_i32(
     has_zp = isinstance(zp, torch.Tensor) or zp != 0
 
     # acc is int32 on the fast path, else exact int64 (narrowed at the end).
-    if fast:
-        a_q, w_q = _row_major(a_q), _row_major(w_q)
-        acc = host_gemm.mm_i32(a_q, w_q)
-    else:
-        acc = _exact_gemm_i64(a_q, w_q)
+    acc = host_gemm.mm_i32(a_q, w_q, out=out, w_static=True) if fast else _exact_gemm_i64(a_q, w_q)
     if not has_zp and bias_i32 is None:
         return acc if fast else narrow_i32(acc, acc_overflow)
 
@@ -333,10 +302,7 @@ def bmm_i32(
         out = [linear_i32(a_q[i], w_q[i], acc_overflow=acc_overflow) for i in range(batch)]
         return torch.stack(out) if out else a_q.new_zeros((0, m, w_q.shape[1]), dtype=torch.int32)
     check_gemm_operands(a_q[0], w_q[0])
-    acc = torch.empty((batch, m, w_q.shape[1]), dtype=torch.int32, device=a_q.device)
-    for i in range(batch):  # exact: no int8 reduction of length k can leave int32
-        host_gemm.mm_i32(_row_major(a_q[i]), _row_major(w_q[i]), out=acc[i])
-    return acc
+    return host_gemm.bmm_i32(a_q, w_q)  # exact: no int8 reduction of length k can leave int32
 
 
 def _abs_max(t: torch.Tensor) -> int:

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from asic_backend import numerics
 from asic_backend.device import get_device, run_bmm_i32, run_linear_requant, run_mm_i32
+from asic_backend.host_gemm import scratch_i32
 from asic_backend.numerics import INT8_MAX, INT8_MIN
 from asic_backend.oplib import dut_op
 from asic_backend.tensor_cache import new_cache, stamp
@@ -129,9 +130,26 @@ def _quantize_weight(w: Tensor, transposed: bool) -> tuple[Tensor, Tensor]:
 
 def _cached_weight(w: Tensor, transposed: bool) -> tuple[Tensor, Tensor]:
     key = stamp(w)
-    return _weight_cache.get(
-        w, None if key is None else (*key, transposed), lambda: _quantize_weight(w, transposed)
-    )
+    if key is None:
+        return _quantize_weight(w, transposed)
+
+    def make() -> tuple[Tensor, Tensor]:
+        # Normal tensors even under inference_mode: the host GEMM keys its own caches on them,
+        # and an inference tensor has no version counter to key on.
+        with torch.inference_mode(False):
+            return _quantize_weight(w, transposed)
+
+    return _weight_cache.get(w, (*key, transposed), make)
+
+
+def _dut_weight(
+    w: Tensor, w_transposed: bool, cache_weight: bool, k_x: int | torch.SymInt
+) -> tuple[Tensor, Tensor]:
+    """The int8 ``[N, K]`` weight of a float linear and its scales ``[N]``, checked against the
+    activations' K."""
+    w_q, w_scale = (_cached_weight if cache_weight else _quantize_weight)(w, w_transposed)
+    _check_k("dyn_linear", k_x, w_q.shape[-1])
+    return w_q, w_scale
 
 
 #: Quantized float weights (``asic::dyn_linear``).
@@ -204,7 +222,8 @@ def dyn_qlinear(
     zero_zp = act_symmetric and int((act_qmax + act_qmin + 1) / 2) == 0
     xq = quantize_rows(x2, scale, None if zero_zp else zp, act_qmin, act_qmax)
     a_zp = 0 if act_symmetric else (zp if act_per_token else zp.reshape(1))
-    acc = run_mm_i32(xq, w_q, a_zp=a_zp, device=get_device(device))
+    out = scratch_i32(xq.shape[0], n)  # rescaled into a new tensor next
+    acc = run_mm_i32(xq, w_q, a_zp=a_zp, device=get_device(device), out=out)
     work = torch.float32 if scale.dtype == torch.float16 else scale.dtype
     y = (acc.to(work) * scale.to(work)).to(out_dtype) * w_scale.flatten()
     if bias is not None:
@@ -243,7 +262,11 @@ def dyn_weight_mm(
     ``cache_weight``). Returns the int32 accumulator ``[M, N]`` and the weight scales ``[N]``
     (float32). ``w_transposed``: ``w`` is ``[K, N]`` instead of ``[N, K]``.
     """
-    acc, w_scale = _weight_mm(x_q, w, w_transposed, cache_weight, device)
+    w_q, w_scale = _dut_weight(w, w_transposed, cache_weight, x_q.shape[-1])
+    if x_q.shape[0] == 0:  # nothing to issue
+        acc = x_q.new_zeros((0, w_q.shape[0]), dtype=torch.int32)
+    else:
+        acc = run_mm_i32(x_q, w_q, device=get_device(device))
     # A copy: the cached scales must not be an output a compiler may reuse as a buffer.
     return acc, w_scale.clone()
 
@@ -251,13 +274,14 @@ def dyn_weight_mm(
 def _weight_mm(
     x_q: Tensor, w: Tensor, w_transposed: bool, cache_weight: bool, device: str
 ) -> tuple[Tensor, Tensor]:
-    """:func:`dyn_weight_mm` with the weight scales as cached (not copied): for callers that
-    only read them, such as :func:`dyn_linear`'s rescale."""
-    w_q, w_scale = (_cached_weight if cache_weight else _quantize_weight)(w, w_transposed)
-    _check_k("dyn_linear", x_q.shape[-1], w_q.shape[-1])
+    """:func:`dyn_weight_mm` with the weight scales as cached (not copied) and the accumulator
+    in this thread's scratch buffer: for :func:`dyn_linear`'s rescale, which only reads them
+    before the next GEMM."""
+    w_q, w_scale = _dut_weight(w, w_transposed, cache_weight, x_q.shape[-1])
     if x_q.shape[0] == 0:  # nothing to issue
         return x_q.new_zeros((0, w_q.shape[0]), dtype=torch.int32), w_scale
-    return run_mm_i32(x_q, w_q, device=get_device(device)), w_scale
+    out = scratch_i32(x_q.shape[0], w_q.shape[0])
+    return run_mm_i32(x_q, w_q, device=get_device(device), out=out), w_scale
 
 
 @dyn_weight_mm.register_fake

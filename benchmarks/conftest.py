@@ -14,6 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import torch
+
+from asic_backend import host_gemm
 
 DUT_PRESET = "default"  # the DUT row of the ratios (every preset runs the same host code)
 
@@ -76,26 +79,79 @@ def best_interleaved(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str
 
 
 def ratio_table(rows: dict[str, Row]) -> list[str]:
-    """Markdown: one line per group that has all three wall times."""
+    """Markdown: one line per group and host GEMM kernel that has all three wall times.
+
+    Interleaved runs name their variants per kernel (``gemm@float32``, ``dut@float32``,
+    ``dut_inductor@float32``: the DUT with that kernel forced, and the kernel alone on the same
+    int8 operands); separately timed runs have ``int_mm`` (raw ``torch._int_mm``), ``dut`` and
+    ``dut_inductor`` with this host's own kernel.
+    """
     presets = sorted({p for row in rows.values() for p in row.sim_s})
-    fused = any("dut_inductor" in {*row.min_s, *row.interleaved} for row in rows.values())
-    head = ["layer (M×K×N)", "fp32 ms", "int_mm ms", "DUT ms", "DUT/fp32", "DUT/int_mm"]
-    if fused:
-        head += ["DUT ind ms", "DUT ind/int_mm"]
-    head += [f"sim {p} µs" for p in presets]
+    head = ["layer (M×K×N)", "host GEMM", "fp32 ms", "GEMM ms", "DUT ms", "DUT/fp32", "DUT/GEMM"]
+    head += ["DUT ind ms", "DUT ind/GEMM", *(f"sim {p} µs" for p in presets)]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for group, row in rows.items():
-        t = row.interleaved if {"fp32", "int_mm", "dut"} <= row.interleaved.keys() else row.min_s
-        if not {"fp32", "int_mm", "dut"} <= t.keys():
-            continue
-        cells = [group, *(_number(t[v] * 1e3) for v in ("fp32", "int_mm", "dut"))]
-        cells += [f"{t['dut'] / t['fp32']:.2f}", f"{t['dut'] / t['int_mm']:.2f}"]
-        if fused:
+        for kernel, t in _per_kernel(row):
+            cells = [group, kernel, *(_number(t[v] * 1e3) for v in ("fp32", "gemm", "dut"))]
+            cells += [f"{t['dut'] / t['fp32']:.2f}", f"{t['dut'] / t['gemm']:.2f}"]
             ind = t.get("dut_inductor")
-            cells += [_number(ind * 1e3), f"{ind / t['int_mm']:.2f}"] if ind else ["-", "-"]
-        cells += [_number(row.sim_s[p] * 1e6) if p in row.sim_s else "-" for p in presets]
-        out.append("| " + " | ".join(cells) + " |")
+            cells += [_number(ind * 1e3), f"{ind / t['gemm']:.2f}"] if ind else ["-", "-"]
+            cells += [_number(row.sim_s[p] * 1e6) if p in row.sim_s else "-" for p in presets]
+            out.append("| " + " | ".join(cells) + " |")
     return out if len(out) > 2 else []
+
+
+def _per_kernel(row: Row) -> list[tuple[str, dict[str, float]]]:
+    """``(kernel, {fp32, gemm, dut[, dut_inductor]})`` per host GEMM kernel the row measured."""
+    t = row.interleaved
+    kernels = [k for k in host_gemm.KERNELS if {"fp32", f"gemm@{k}", f"dut@{k}"} <= t.keys()]
+    if kernels:
+        return [
+            (
+                k,
+                {
+                    "fp32": t["fp32"],
+                    "gemm": t[f"gemm@{k}"],
+                    "dut": t[f"dut@{k}"],
+                    **(
+                        {"dut_inductor": t[f"dut_inductor@{k}"]} if f"dut_inductor@{k}" in t else {}
+                    ),
+                },
+            )
+            for k in kernels
+        ]
+    m = row.min_s
+    if not {"fp32", "int_mm", "dut"} <= m.keys():
+        return []
+    times = {"fp32": m["fp32"], "gemm": m["int_mm"], "dut": m["dut"]}
+    if "dut_inductor" in m:
+        times["dut_inductor"] = m["dut_inductor"]
+    return [(f"{host_gemm.kernel()} (GEMM: raw _int_mm)", times)]
+
+
+def forced_kernel(name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` run with host GEMM kernel ``name`` forced (:func:`asic_backend.host_gemm.forced`)."""
+
+    def run() -> Any:
+        with host_gemm.forced(name):
+            return fn()
+
+    return run
+
+
+def timed_kernels(disabled: bool) -> tuple[str, ...]:
+    """The host GEMM kernels a benchmark runs side by side: ``int_mm`` and ``float32`` (what a
+    host with and without an int8 dot-product unit uses), or only this host's own in a plain
+    (benchmark-disabled) run, where forcing ``int_mm`` on an AVX2-only CI runner would cost
+    seconds per prefill GEMM and measure nothing."""
+    return (host_gemm.kernel(),) if disabled else ("int_mm", "float32")
+
+
+def host_line() -> str:
+    """The CPU and host kernel a table was measured with, for its heading."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    threads = torch.get_num_threads()
+    return f"CPU capability {capability}, {threads} thread(s), host GEMM {host_gemm.describe()}"
 
 
 def _number(value: float) -> str:
@@ -109,5 +165,6 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if not lines:
         return
     terminalreporter.write_sep("-", f"int8 path: fastest round, DUT = dut[{DUT_PRESET}]")
+    terminalreporter.write_line(host_line())
     for line in lines:
         terminalreporter.write_line(line)

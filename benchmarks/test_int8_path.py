@@ -19,8 +19,10 @@ M = 1 and 8 tokens, prefill M = 128 and 512; ``qkv`` is d -> 3d, ``o`` d -> d, `
     pytest benchmarks/test_int8_path.py --benchmark-only --asic-roofline docs/roofline.svg
     pytest benchmarks/test_int8_path.py --benchmark-disable      # plain tests, as CI runs them
 
-A table of the DUT/fp32 and DUT/int_mm ratios per shape closes a timed run (``conftest.py``),
-from ``test_interleaved``, which runs the four candidates of a shape round robin.
+A table of the DUT/fp32 and DUT/GEMM ratios per shape and host GEMM kernel closes a timed run
+(``conftest.py``), from ``test_interleaved``, which runs the candidates of a shape round robin:
+fp32, and for each of the ``int_mm`` and ``float32`` kernels (forced, so a host with an int8
+dot-product unit shows what one without sees, and the reverse) the kernel alone and the DUT.
 Every test first checks its numbers (DUT close to fp32, ``_int_mm`` exact, the simulated figures
 equal to the cycle model's), so a fast wrong path fails; nothing asserts on time.
 """
@@ -38,12 +40,19 @@ import torch.nn.functional as F
 from torch import nn
 
 import asic_backend.quant_ops  # noqa: F401  (registers torch.ops.asic.dyn_linear)
-from asic_backend import make_backend
+from asic_backend import host_gemm, make_backend
 from asic_backend.config import AsicConfig
 from asic_backend.cycles import ACC_BYTES, gemm_cost
 from asic_backend.device import get_device
 from asic_backend.oplib import DIRECT_CALLS
-from benchmarks.conftest import DUT_PRESET, best_interleaved, record, record_interleaved
+from benchmarks.conftest import (
+    DUT_PRESET,
+    best_interleaved,
+    forced_kernel,
+    record,
+    record_interleaved,
+    timed_kernels,
+)
 
 pytest.importorskip("pytest_benchmark")
 
@@ -242,9 +251,11 @@ def _run_dut(
 
 @pytest.mark.parametrize("layer", LAYER_PARAMS)
 def test_interleaved(benchmark: Any, layer: Layer, request: pytest.FixtureRequest) -> None:
-    """fp32, ``int_mm`` and the DUT (the op, and compiled with ``host="inductor"``) run round
-    robin, so each ratio of the closing table compares runs on the same machine at the same
-    moments (:func:`benchmarks.conftest.best_interleaved`)."""
+    """fp32 and, per host GEMM kernel (``int_mm`` and ``float32``, forced), the kernel alone and
+    the DUT (the op, and compiled with ``host="inductor"``) run round robin, so each ratio of
+    the closing table compares runs on the same machine at the same moments
+    (:func:`benchmarks.conftest.best_interleaved`), and a host of either kind shows what the
+    other kind sees."""
     # Every layer compiles nn.Linear.forward anew: without a reset the recompile limit would
     # send the later layers to eager fp32.
     torch._dynamo.reset()
@@ -262,16 +273,20 @@ def test_interleaved(benchmark: Any, layer: Layer, request: pytest.FixtureReques
         block = linear(layer.k, layer.n).eval()
     fused = torch.compile(block, backend=make_backend(config=config, host="inductor"))
     fp32 = fp32_fn(layer)
-    fns: dict[str, Callable[[], Any]] = {
-        "fp32": fp32,
-        "int_mm": lambda: [torch._int_mm(a, w.t()) for a, w in operands],
-        "dut": lambda: dut(x),
-        "dut_inductor": lambda: fused(x),
-    }
+    fns: dict[str, Callable[[], Any]] = {"fp32": fp32}
+    for name in timed_kernels(benchmark.disabled):
+        # The kernel alone on int8 operands, as the DUT calls it (weights static, so a float
+        # kernel keeps their float copy), then the DUT with that kernel.
+        fns[f"gemm@{name}"] = forced_kernel(
+            name, lambda: [host_gemm.mm_i32(a, w, w_static=True) for a, w in operands]
+        )
+        fns[f"dut@{name}"] = forced_kernel(name, lambda: dut(x))
+        fns[f"dut_inductor@{name}"] = forced_kernel(name, lambda: fused(x))
     with torch.no_grad():
         ref = fp32()
-        assert_close(dut(x), ref)
-        assert_close(fused(x), ref)
+        for name in timed_kernels(benchmark.disabled):
+            assert_close(forced_kernel(name, lambda: dut(x))(), ref)
+            assert_close(forced_kernel(name, lambda: fused(x))(), ref)
         rounds = 1 if benchmark.disabled else layer.rounds
         best: dict[str, float] = {}
         benchmark.pedantic(lambda: best.update(best_interleaved(fns, rounds)), rounds=1)

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from asic_backend import conv, numerics
+from asic_backend import conv, host_gemm, numerics
 from asic_backend import device as devices
 from asic_backend.config import AsicConfig
 from asic_backend.conv import ConvGeometry, conv_i32, im2col
@@ -224,11 +224,14 @@ def test_conv_i32_equals_golden(case: ConvCase, overflow: AccOverflow) -> None:
 def test_int_mm_path_and_float_path_agree(case: ConvCase, overflow: AccOverflow) -> None:
     expected = case.golden(overflow)
     k = case.geometry().gemm[1]
-    with mock.patch.object(conv, "_int_mm_conv", wraps=conv._int_mm_conv) as int_mm:
-        assert case.run(overflow).tolist() == expected
-    assert int_mm.called == (k >= numerics.INT_MM_MIN_K)  # dense, K >= 2: torch._int_mm
     with (
-        mock.patch.object(numerics, "int_mm_applies", return_value=False),
+        host_gemm.forced("int_mm"),
+        mock.patch.object(conv, "_int_mm_conv", wraps=conv._int_mm_conv) as int_mm,
+    ):
+        assert case.run(overflow).tolist() == expected
+    assert int_mm.called == (k >= host_gemm.INT_MM_MIN_K)  # dense, K >= 2: torch._int_mm
+    with (
+        host_gemm.forced("float32"),
         mock.patch.object(conv, "_int_mm_conv", wraps=conv._int_mm_conv) as int_mm,
     ):
         assert case.run(overflow).tolist() == expected

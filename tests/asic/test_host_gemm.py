@@ -7,7 +7,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 
-from asic_backend import host_gemm, numerics
+from asic_backend import conv, host_gemm, numerics
 from asic_backend.conv import ConvGeometry, conv_i32
 from tests.asic import golden
 from tests.asic.test_numerics import OVERFLOW, GemmCase, gemm_case, run_linear_i32
@@ -74,3 +74,77 @@ def test_the_kernel_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
         host_gemm.forced("fast"),
     ):
         pass
+
+
+@KERNELS
+def test_batched_products_above_the_float32_slice(name: str) -> None:
+    k = 2 * host_gemm.FLOAT32_SLICE + 5
+    a = torch.full((2, 3, k), -128, dtype=torch.int8)
+    w = torch.full((2, 4, k), -128, dtype=torch.int8)
+    w[1, :, ::3] = 127
+    with host_gemm.forced(name):
+        out = numerics.bmm_i32(a, w)
+    assert torch.equal(out.long(), a.long() @ w.long().transpose(1, 2))
+
+
+@pytest.mark.parametrize("name", ["float32", "float64"])
+def test_a_weight_written_in_place_is_not_served_from_the_float_cache(name: str) -> None:
+    """The float kernels keep a weight's float copy: an in-place write must remake it."""
+    gen = torch.Generator().manual_seed(1)
+    a = torch.randint(-128, 128, (4, 64), dtype=torch.int8, generator=gen)
+    w = torch.randint(-100, 100, (8, 64), dtype=torch.int8, generator=gen)
+    with host_gemm.forced(name):
+        first = numerics.linear_i32(a, w, a_zp=3)
+        assert torch.equal(numerics.linear_i32(a, w, a_zp=3), first)  # served from the cache
+        w.add_(7)
+        second = numerics.linear_i32(a, w, a_zp=3)
+    expected = (a.long() - 3) @ w.long().t()
+    assert torch.equal(second.long(), expected)
+    assert not torch.equal(second, first)
+
+
+def test_the_float_copy_is_made_once_per_weight() -> None:
+    w = torch.randint(-128, 128, (8, 64), dtype=torch.int8)
+    with host_gemm.forced("float32"):
+        copy = host_gemm.float_weight(w, torch.float32)
+        assert host_gemm.float_weight(w, torch.float32) is copy
+        assert host_gemm.float_weight(w, torch.float64) is not copy  # one per dtype
+        w[0, 0] = 5
+        assert host_gemm.float_weight(w, torch.float32) is not copy
+
+
+def test_int_mm_hands_a_reduction_of_one_to_float32() -> None:
+    # torch._int_mm returns uninitialized memory for K = 1 with N >= 2 (oneDNN, torch 2.13).
+    a = torch.tensor([[-128], [127]], dtype=torch.int8)
+    w = torch.tensor([[-128], [3], [-1]], dtype=torch.int8)
+    with host_gemm.forced("int_mm"):
+        assert torch.equal(host_gemm.mm_i32(a, w).long(), a.long() @ w.long().t())
+
+
+def test_the_scratch_accumulator_is_reused_and_grows() -> None:
+    small = host_gemm.scratch_i32(2, 3)
+    again = host_gemm.scratch_i32(3, 2)
+    assert again.data_ptr() == small.data_ptr() and again.shape == (3, 2)
+    large = host_gemm.scratch_i32(64, 64)
+    assert large.shape == (64, 64) and large.is_contiguous()
+    with torch.inference_mode():
+        inside = host_gemm.scratch_i32(128, 128)
+    assert not inside.is_inference()  # writable outside inference_mode later
+    inside.fill_(0)
+
+
+@pytest.mark.parametrize("zp", [0, 5])
+def test_a_deep_conv_in_float32_slices_of_input_channels(zp: int) -> None:
+    """Off ``int_mm``, a conv whose sums exceed 2^24 runs as float32 convolutions over slices of
+    its input channels (not float64), and stays exact at the extreme values."""
+    x = torch.full((1, 160, 5, 5), -128, dtype=torch.int8)
+    x[:, ::2] = 127
+    f = torch.full((3, 160, 3, 3), -128, dtype=torch.int8)
+    geo = ConvGeometry.of(x.shape, f.shape, stride=1, padding=1, dilation=1, groups=1)
+    slices = conv._float32_slices(geo, 255 if zp else 128)
+    assert len(slices) > 1 and slices[-1][1] == 160
+    with host_gemm.forced("float32"):
+        out = conv_i32(x, f, geo, a_zp=zp)
+    padded = torch.nn.functional.pad(x.double() - zp, (1, 1, 1, 1))  # padding holds the zp
+    expected = torch.nn.functional.conv2d(padded, f.double())
+    assert torch.equal(out.double(), expected)

@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asic_backend import numerics
+from asic_backend import host_gemm, numerics
 from asic_backend.numerics import AccOverflow, RequantRounding
 from tests.asic import golden
 
@@ -138,8 +138,8 @@ def test_size_one_dims_with_stride_zero_are_exact() -> None:
 
 
 def test_int_mm_is_exact_on_this_host() -> None:
-    # Otherwise the simulator silently runs its (correct, slow) float64 path everywhere.
-    assert numerics._int_mm_is_exact()
+    # Otherwise the int_mm kernel silently hands every GEMM to float32 (correct, slower).
+    assert host_gemm.int_mm_is_exact()
 
 
 # -- crafted worst cases with a K large enough to overflow int32 --------------------------------
