@@ -135,12 +135,16 @@ def _channel_view(t: Tensor, spatial: int) -> Tensor:
 
 
 def _rescale(acc: Tensor, scale: Tensor, bias: Tensor | None) -> Tensor:
-    """``acc·scale + bias[c]`` in float32, in one pass over the int32 accumulator."""
-    y = torch.empty(acc.shape, dtype=torch.float32)
+    """``acc·scale + bias[c]`` in float32; ``acc`` is int32, or float32 holding the same values,
+    and is the caller's to give up: a float32 one is rescaled in place.
+
+    Cast first, then in place: a mixed int32·float32 ``addcmul`` with broadcast operands runs
+    unvectorized (3.8 ms against 2.3 at 4×384×3000, measured)."""
+    y = acc if acc.dtype == torch.float32 else acc.to(torch.float32)
     if bias is None:
-        return torch.mul(acc, scale, out=y)
+        return y.mul_(scale)
     spatial = acc.dim() - 2
-    return torch.addcmul(_channel_view(bias.to(torch.float32), spatial), acc, scale, out=y)
+    return torch.addcmul(_channel_view(bias.to(torch.float32), spatial), y, scale, out=y)
 
 
 @dut_op("asic::dyn_conv")
@@ -167,7 +171,9 @@ def dyn_conv(
         y = xb.new_zeros(geo.out_shape)
     else:
         x_q, x_scale = quantize_sym_rows(xb.reshape(geo.batch, -1))
-        acc = run_conv_i32(x_q.reshape(xb.shape), w_q, geo, device=get_device(device))
+        acc = run_conv_i32(
+            x_q.reshape(xb.shape), w_q, geo, device=get_device(device), allow_float32=True
+        )
         scale = x_scale.reshape(-1, 1) * w_scale.reshape(1, -1)  # [N, C_out], f32
         y = _rescale(acc, scale.reshape(*scale.shape, *([1] * spatial)), bias)
     y = y.to(x.dtype)

@@ -442,13 +442,20 @@ def run_conv_i32(
     bias_i32: torch.Tensor | None = None,
     device: Device,
     out_bytes: int = ACC_BYTES,
+    allow_float32: bool = False,
 ) -> torch.Tensor:
     """The int32 accumulator of the convolution ``geo`` on ``device``, one GEMM per group
-    (:func:`asic_backend.conv.conv_i32`): int32 ``geo.out_shape``. ``out_bytes`` is what each
-    output leaves the array as (1 when the DUT requantizes it to int8)."""
+    (:func:`asic_backend.conv.conv_i32`, ``allow_float32`` included): int32 ``geo.out_shape``.
+    ``out_bytes`` is what each output leaves the array as (1 when the DUT requantizes it)."""
     _check_device(device)
     acc = conv_i32(
-        x_q, w_q, geo, a_zp=a_zp, bias_i32=bias_i32, acc_overflow=device.config.acc_overflow
+        x_q,
+        w_q,
+        geo,
+        a_zp=a_zp,
+        bias_i32=bias_i32,
+        acc_overflow=device.config.acc_overflow,
+        allow_float32=allow_float32,
     )
     device.record_gemm(device.conv_cost(geo, out_bytes), count=geo.groups, family="conv")
     return acc

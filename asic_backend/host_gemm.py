@@ -147,9 +147,58 @@ def mm_i32(
         a, w = _row_major(a_q), _row_major(w_q).t()
         return torch._int_mm(a, w, out=out) if out is not None else torch._int_mm(a, w)
     dtype = torch.float64 if name == "float64" else torch.float32
+    if dtype == torch.float32 and w_static and a_q.shape[1] > FLOAT32_SLICE:
+        return _float32_batched_slices(a_q, w_q, out)
     w = float_weight(w_q, dtype) if w_static else w_q.to(dtype)
     result = _float_mm(a_q.to(dtype), w)
     return result if out is None else out.copy_(result)
+
+
+#: The most float32 partial products (slices × rows × columns) one batched GEMM of
+#: :func:`_float32_batched_slices` holds at once: 128 MiB.
+_PARTIALS_MAX = 1 << 25
+
+
+def _float32_batched_slices(
+    a_q: torch.Tensor, w_q: torch.Tensor, out: torch.Tensor | None
+) -> torch.Tensor:
+    """The K slices of a static weight as one batched float32 GEMM: ``[S, M, N]`` partial sums,
+    each exact, summed in int32. As fast as one float32 GEMM over the whole of K (a loop of
+    slice GEMMs is 15% slower, measured at 256×4096×4096), at the cost of S partial results:
+    taken in blocks of rows when those would pass :data:`_PARTIALS_MAX`."""
+    m, k = a_q.shape
+    chunks = _weight_slices(w_q)  # [S, N, FLOAT32_SLICE], zero-padded along K
+    slices, n, _ = chunks.shape
+    padded = slices * FLOAT32_SLICE
+    if padded == k:
+        a = a_q.to(torch.float32)
+    else:
+        a = torch.zeros((m, padded), dtype=torch.float32, device=a_q.device)
+        a[:, :k] = a_q
+    if out is None:
+        out = torch.empty((m, n), dtype=torch.int32, device=a_q.device)
+    rows = max(1, _PARTIALS_MAX // (slices * n))
+    w_t = chunks.transpose(1, 2)
+    for lo in range(0, m, rows):
+        block = a[lo : lo + rows]
+        parts = torch.bmm(block.view(-1, slices, FLOAT32_SLICE).transpose(0, 1), w_t)
+        torch.sum(parts.to(torch.int32), 0, dtype=torch.int32, out=out[lo : lo + rows])
+    return out
+
+
+def _weight_slices(w_q: torch.Tensor) -> torch.Tensor:
+    """A static int8 ``[N, K]`` weight as float32 ``[S, N, FLOAT32_SLICE]``, K zero-padded to
+    whole slices, kept while ``w_q`` is unchanged."""
+    version = stamp(w_q)
+
+    def make() -> torch.Tensor:
+        n, k = w_q.shape
+        slices = -(-k // FLOAT32_SLICE)
+        padded = torch.zeros((n, slices * FLOAT32_SLICE), dtype=torch.float32, device=w_q.device)
+        padded[:, :k] = w_q
+        return padded.view(n, slices, FLOAT32_SLICE).transpose(0, 1).contiguous()
+
+    return _weight_copies["slices"].get(w_q, version, make)
 
 
 def bmm_i32(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
@@ -211,14 +260,12 @@ def _float_mm(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 def float_weight(w_q: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``w_q`` as ``dtype``, kept while the int8 tensor ``w_q`` (a weight) is unchanged."""
-    version = stamp(w_q)
-    return _float_weights.get(
-        w_q, None if version is None else (*version, dtype), lambda: w_q.to(dtype)
-    )
+    form = "float64" if dtype == torch.float64 else "float32"
+    return _weight_copies[form].get(w_q, stamp(w_q), lambda: w_q.to(dtype))
 
 
-#: Float copies of static int8 operands (weights), for the float kernels.
-_float_weights = new_cache()
+#: The forms the float kernels keep of static int8 operands (weights), one cache per form.
+_weight_copies = {form: new_cache() for form in ("float32", "float64", "slices")}
 
 
 def _row_major(x: torch.Tensor) -> torch.Tensor:

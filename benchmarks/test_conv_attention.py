@@ -19,6 +19,9 @@ prefill shape (16 heads of 64, 512 tokens).
     pytest benchmarks/test_conv_attention.py --benchmark-only    # timed, with the ratio table
     pytest benchmarks/test_conv_attention.py --benchmark-disable # plain tests, as CI runs them
 
+``test_interleaved`` runs fp32 and, per host GEMM kernel (``int_mm`` and ``float32``, forced),
+the layer's GEMMs alone and the DUT op round robin: the closing table's ratios, per kernel.
+
 Every test first checks its numbers (DUT close to fp32, ``_int_mm`` exact, the simulated figures
 equal to the cycle model's), so a fast wrong path fails; nothing asserts on time.
 """
@@ -37,11 +40,19 @@ import torch.nn.functional as F
 
 import asic_backend.attention_ops
 import asic_backend.conv_ops  # noqa: F401  (registers torch.ops.asic.dyn_conv / dyn_sdpa)
+from asic_backend import host_gemm
 from asic_backend.config import AsicConfig
 from asic_backend.conv import ConvGeometry
 from asic_backend.cycles import ACC_BYTES, conv_cost, gemm_cost
 from asic_backend.device import get_device
-from benchmarks.conftest import record
+from benchmarks.conftest import (
+    DUT_PRESET,
+    best_interleaved,
+    forced_kernel,
+    record,
+    record_interleaved,
+    timed_kernels,
+)
 
 pytest.importorskip("pytest_benchmark")
 
@@ -249,3 +260,46 @@ def test_dut(
         preset=preset,
         sim_time_s=info["asic_roofline_time_s"],
     )
+
+
+def _exact_gemms(layer: Conv | Attention) -> Callable[[], list[torch.Tensor]]:
+    """The layer's GEMMs on int8 operands through :mod:`asic_backend.host_gemm` with whichever
+    kernel is in force: a conv's per group (the filters static), attention's per head batched."""
+    if isinstance(layer, Conv):
+        shapes = sorted(set(_gemms(layer)))
+        operands = {(m, k, n): (int8(m, k), int8(n, k)) for m, k, n in shapes}
+        order = [operands[gemm] for gemm in _gemms(layer)]
+        return lambda: [host_gemm.mm_i32(a, w, w_static=True) for a, w in order]
+    heads, length, dim = layer.batch * layer.heads, layer.length, layer.dim
+    q, k = int8(heads, length, dim), int8(heads, length, dim + 1)[..., :dim].contiguous()
+    p, v_t = int8(heads, length, length), int8(heads, dim, length)
+    return lambda: [host_gemm.bmm_i32(q, k), host_gemm.bmm_i32(p, v_t)]
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_interleaved(
+    benchmark: Any, layer: Conv | Attention, request: pytest.FixtureRequest
+) -> None:
+    """fp32 and, per host GEMM kernel (forced), the layer's GEMMs alone and the DUT op, round
+    robin (:func:`benchmarks.conftest.best_interleaved`): the ratios of the closing table."""
+    key = get_device(AsicConfig.preset(DUT_PRESET)).key
+    fp32 = _fp32(layer)
+    if isinstance(layer, Conv):
+        x, w, b = conv_operands(layer)
+        op = layer.dut(key)
+        dut: Callable[[], torch.Tensor] = lambda: op(x, w, b)  # noqa: E731
+        kind = "conv"
+    else:
+        q, k, v = qkv(layer)
+        dut = lambda: torch.ops.asic.dyn_sdpa(q, k, v, None, False, None, False, key)  # noqa: E731
+        kind = "attention"
+    fns: dict[str, Callable[[], Any]] = {"fp32": fp32}
+    for name in timed_kernels(benchmark.disabled):
+        fns[f"gemm@{name}"] = forced_kernel(name, _exact_gemms(layer))
+        fns[f"dut@{name}"] = forced_kernel(name, dut)
+        assert_close(fns[f"dut@{name}"](), fp32(), kind)
+    rounds = 1 if benchmark.disabled else ROUNDS
+    best: dict[str, float] = {}
+    benchmark.pedantic(lambda: best.update(best_interleaved(fns, rounds)), rounds=1)
+    if not benchmark.disabled:
+        record_interleaved(request.config, layer.group, best)

@@ -108,7 +108,8 @@ def test_the_float_copy_is_made_once_per_weight() -> None:
     with host_gemm.forced("float32"):
         copy = host_gemm.float_weight(w, torch.float32)
         assert host_gemm.float_weight(w, torch.float32) is copy
-        assert host_gemm.float_weight(w, torch.float64) is not copy  # one per dtype
+        assert host_gemm.float_weight(w, torch.float64) is not copy
+        assert host_gemm.float_weight(w, torch.float32) is copy  # one copy per dtype
         w[0, 0] = 5
         assert host_gemm.float_weight(w, torch.float32) is not copy
 
@@ -148,3 +149,79 @@ def test_a_deep_conv_in_float32_slices_of_input_channels(zp: int) -> None:
     padded = torch.nn.functional.pad(x.double() - zp, (1, 1, 1, 1))  # padding holds the zp
     expected = torch.nn.functional.conv2d(padded, f.double())
     assert torch.equal(out.double(), expected)
+
+
+@pytest.mark.parametrize("k", [host_gemm.FLOAT32_SLICE + 1, 3 * host_gemm.FLOAT32_SLICE])
+def test_a_static_weight_sliced_into_one_batched_gemm_in_blocks_of_rows(
+    k: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """float32 with a weight: K's slices as one batched GEMM, taken a few rows at a time when
+    the partial sums would be large (here: forced to blocks of 2 rows)."""
+    monkeypatch.setattr(host_gemm, "_PARTIALS_MAX", 2 * 3 * 5)
+    gen = torch.Generator().manual_seed(2)
+    a = torch.randint(-128, 128, (7, k), dtype=torch.int8, generator=gen)
+    a[0] = -128
+    w = torch.full((5, k), -128, dtype=torch.int8)
+    w[1:] = torch.randint(-128, 128, (4, k), dtype=torch.int8, generator=gen)
+    with host_gemm.forced("float32"):
+        out = host_gemm.mm_i32(a, w, w_static=True)
+        again = host_gemm.mm_i32(a, w, out=torch.empty(7, 5, dtype=torch.int32), w_static=True)
+    expected = a.long() @ w.long().t()
+    assert torch.equal(out.long(), expected) and torch.equal(again.long(), expected)
+
+
+CONV_CASES = [
+    # (x, w, groups): a 3x3 conv whose sums exceed 2^24 (sliced off int_mm), a 1-D audio conv,
+    # a depthwise conv, a small dense conv with a bias.
+    ((2, 160, 6, 6), (8, 160, 3, 3), 1),
+    ((2, 20, 50), (16, 20, 3), 1),
+    ((2, 8, 7, 7), (8, 1, 3, 3), 8),
+    ((1, 3, 9, 9), (4, 3, 3, 3), 1),
+]
+
+
+@pytest.mark.parametrize(("x_shape", "w_shape", "groups"), CONV_CASES)
+def test_dyn_conv_gives_the_same_bits_under_every_kernel(
+    x_shape: tuple[int, ...], w_shape: tuple[int, ...], groups: int
+) -> None:
+    """The DUT's float conv op end to end (quantize, accumulate, rescale): the host kernel
+    changes how the accumulator is computed, never a bit of the output."""
+    import asic_backend.conv_ops  # noqa: F401  (registers asic::dyn_conv)
+
+    gen = torch.Generator().manual_seed(3)
+    x, w = torch.randn(x_shape, generator=gen), torch.randn(w_shape, generator=gen)
+    b = torch.randn(w_shape[0], generator=gen)
+    spatial = len(x_shape) - 2
+    outs = []
+    for name in host_gemm.KERNELS:
+        with host_gemm.forced(name):
+            outs.append(
+                torch.ops.asic.dyn_conv(
+                    x,
+                    w,
+                    b,
+                    [1] * spatial,
+                    [1] * 2 * spatial,
+                    [1] * spatial,
+                    groups,
+                    False,
+                    [0] * spatial,
+                    True,
+                    "default",
+                )
+            )
+    assert all(torch.equal(out, outs[0]) for out in outs[1:])
+
+
+@pytest.mark.parametrize("k", [64, 3 * host_gemm.FLOAT32_SLICE + 7])
+def test_dyn_linear_gives_the_same_bits_under_every_kernel(k: int) -> None:
+    import asic_backend.quant_ops  # noqa: F401  (registers asic::dyn_linear)
+
+    gen = torch.Generator().manual_seed(4)
+    x, w = torch.randn(5, k, generator=gen), torch.randn(6, k, generator=gen)
+    b = torch.randn(6, generator=gen)
+    outs = []
+    for name in host_gemm.KERNELS:
+        with host_gemm.forced(name):
+            outs.append(torch.ops.asic.dyn_linear(x, w, b, False, True, "default"))
+    assert all(torch.equal(out, outs[0]) for out in outs[1:])
