@@ -55,6 +55,7 @@ __all__ = [
     "kernel",
     "mm_i32",
     "scratch_i32",
+    "slice_length",
 ]
 
 #: The kernels, by name.
@@ -147,58 +148,98 @@ def mm_i32(
         a, w = _row_major(a_q), _row_major(w_q).t()
         return torch._int_mm(a, w, out=out) if out is not None else torch._int_mm(a, w)
     dtype = torch.float64 if name == "float64" else torch.float32
-    if dtype == torch.float32 and w_static and a_q.shape[1] > FLOAT32_SLICE:
-        return _float32_batched_slices(a_q, w_q, out)
+    if dtype == torch.float32 and w_static:
+        return _float32_weight_gemm(a_q, w_q, out)
     w = float_weight(w_q, dtype) if w_static else w_q.to(dtype)
     result = _float_mm(a_q.to(dtype), w)
     return result if out is None else out.copy_(result)
 
 
 #: The most float32 partial products (slices × rows × columns) one batched GEMM of
-#: :func:`_float32_batched_slices` holds at once: 128 MiB.
+#: :func:`_float32_weight_gemm` holds at once: 128 MiB.
 _PARTIALS_MAX = 1 << 25
+#: float32's last exact integer step: every partial sum of a float32 GEMM slice stays within it.
+_F32_EXACT = 1 << 24
 
 
-def _float32_batched_slices(
+def _float32_weight_gemm(
     a_q: torch.Tensor, w_q: torch.Tensor, out: torch.Tensor | None
 ) -> torch.Tensor:
-    """The K slices of a static weight as one batched float32 GEMM: ``[S, M, N]`` partial sums,
-    each exact, summed in int32. As fast as one float32 GEMM over the whole of K (a loop of
-    slice GEMMs is 15% slower, measured at 256×4096×4096), at the cost of S partial results:
-    taken in blocks of rows when those would pass :data:`_PARTIALS_MAX`."""
+    """``a_q · w_qᵀ`` by a static weight in float32, exactly, in as few K slices as its values
+    allow (:func:`_weight_slices`: usually one); several slices run as one batched GEMM whose
+    ``[S, M, N]`` partial sums are added in int32 (a loop of slice GEMMs is 15% slower, measured
+    at 256×4096×4096), in blocks of rows when they would pass :data:`_PARTIALS_MAX`."""
     m, k = a_q.shape
-    chunks = _weight_slices(w_q)  # [S, N, FLOAT32_SLICE], zero-padded along K
-    slices, n, _ = chunks.shape
-    padded = slices * FLOAT32_SLICE
-    if padded == k:
+    if k == 0 or w_q.shape[0] == 0:  # an empty sum, or no columns
+        result = torch.zeros((m, w_q.shape[0]), dtype=torch.int32, device=a_q.device)
+        return result if out is None else out.copy_(result)
+    chunks = _weight_slices(w_q)  # [S, N, L], zero-padded along K
+    slices, n, length = chunks.shape
+    if slices * length == k:
         a = a_q.to(torch.float32)
     else:
-        a = torch.zeros((m, padded), dtype=torch.float32, device=a_q.device)
+        a = torch.zeros((m, slices * length), dtype=torch.float32, device=a_q.device)
         a[:, :k] = a_q
+    if slices == 1:
+        result = (a @ chunks[0].t()).to(torch.int32)
+        return result if out is None else out.copy_(result)
     if out is None:
         out = torch.empty((m, n), dtype=torch.int32, device=a_q.device)
     rows = max(1, _PARTIALS_MAX // (slices * n))
     w_t = chunks.transpose(1, 2)
     for lo in range(0, m, rows):
         block = a[lo : lo + rows]
-        parts = torch.bmm(block.view(-1, slices, FLOAT32_SLICE).transpose(0, 1), w_t)
+        parts = torch.bmm(block.view(-1, slices, length).transpose(0, 1), w_t)
         torch.sum(parts.to(torch.int32), 0, dtype=torch.int32, out=out[lo : lo + rows])
     return out
 
 
+def slice_length(w_q: torch.Tensor) -> int:
+    """The longest slice of K (all of it, or :data:`FLOAT32_SLICE` times a power of two) over
+    which a float32 GEMM by the int8 weight ``w_q [N, K]`` is exact for any int8 activations.
+
+    A partial sum is at most ``128 · Σ |w|`` over the slice, in any order: while that stays
+    within 2^24 float32 holds it exactly. The worst case (every weight ±128) allows 1,024; the
+    weights of a trained or quantized layer are mostly far smaller, so a whole K of several
+    thousand usually fits in one GEMM.
+    """
+    n, k = w_q.shape
+    if k <= FLOAT32_SLICE or n == 0:
+        return max(k, 1)
+    bound = _F32_EXACT // 128
+    sums = w_q.to(torch.int32).abs_().cumsum(dim=1)  # |Σ| <= 128 · K fits int32
+    if int(sums[:, -1].max()) <= bound:
+        return k
+    length = FLOAT32_SLICE
+    while length * 2 < k and _largest_slice_sum(sums, length * 2) <= bound:
+        length *= 2
+    return length
+
+
+def _largest_slice_sum(sums: torch.Tensor, length: int) -> int:
+    """The largest sum over one slice of ``length`` (the last one may be shorter), from row-wise
+    prefix sums ``[N, K]``."""
+    k = sums.shape[1]
+    ends = sums[:, [*range(length - 1, k - 1, length), k - 1]]
+    starts = torch.nn.functional.pad(ends[:, :-1], (1, 0))
+    return int((ends - starts).max())
+
+
 def _weight_slices(w_q: torch.Tensor) -> torch.Tensor:
-    """A static int8 ``[N, K]`` weight as float32 ``[S, N, FLOAT32_SLICE]``, K zero-padded to
-    whole slices, kept while ``w_q`` is unchanged."""
-    version = stamp(w_q)
+    """A static int8 ``[N, K]`` weight as float32 ``[S, N, L]`` for its :func:`slice_length`
+    ``L``, K zero-padded to whole slices, kept while ``w_q`` is unchanged."""
 
     def make() -> torch.Tensor:
         n, k = w_q.shape
-        slices = -(-k // FLOAT32_SLICE)
-        padded = torch.zeros((n, slices * FLOAT32_SLICE), dtype=torch.float32, device=w_q.device)
+        length = slice_length(w_q)
+        slices = -(-k // length)
+        if slices == 1:
+            return w_q.to(torch.float32).unsqueeze(0)
+        padded = torch.zeros((n, slices * length), dtype=torch.float32, device=w_q.device)
         padded[:, :k] = w_q
-        return padded.view(n, slices, FLOAT32_SLICE).transpose(0, 1).contiguous()
+        return padded.view(n, slices, length).transpose(0, 1).contiguous()
 
-    return _weight_copies["slices"].get(w_q, version, make)
+    return _weight_copies["slices"].get(w_q, stamp(w_q), make)
 
 
 def bmm_i32(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:

@@ -35,6 +35,7 @@ from torch import nn
 
 from asic_backend import host_gemm, make_backend
 from asic_backend.device import get_device
+from asic_backend.quant_ops import quantize_sym_rows
 from benchmarks.conftest import best_interleaved, forced_kernel, host_line
 
 pytest.importorskip("pytest_benchmark")
@@ -91,17 +92,11 @@ def _torchao_peer(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     return compiled
 
 
-def _int8_pair() -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The MLP's two GEMMs as int8 operands in the DUT's layout: activations [M, K], weights
-    [N, K] (multiplied as a transposed view)."""
+def _int_mm_pair() -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
     a = torch.randint(-128, 128, (M, K), dtype=torch.int8)
     w1 = torch.randint(-128, 128, (N, K), dtype=torch.int8)
     w2 = torch.randint(-128, 128, (N, N), dtype=torch.int8)
-    return [(a, w1), (a, w2)]
-
-
-def _int_mm_pair() -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
-    (a, w1), (_, w2) = _int8_pair()
+    # The DUT's layout: weights [N, K], multiplied as a transposed view.
     return lambda: (torch._int_mm(a, w1.t()), torch._int_mm(a, w2.t()))
 
 
@@ -225,7 +220,11 @@ def test_ratios(
         if host == "aten":  # the same compiled model with each exact host kernel forced
             for name in kernels:
                 fns[f"asic_aten@{name}"] = forced_kernel(name, lambda c=compiled: c(x))
-    pair = _int8_pair()
+    # The DUT's own GEMMs: the weights and the activations as it quantizes them.
+    w1, w2 = (quantize_sym_rows(layer.weight.detach())[0] for layer in model)
+    x_q = quantize_sym_rows(x)[0]
+    h_q = quantize_sym_rows(model[0](x))[0]
+    pair = [(x_q, w1), (h_q, w2)]
     for name in kernels:
         fns[f"gemm@{name}"] = forced_kernel(
             name, lambda: [host_gemm.mm_i32(a, w, w_static=True) for a, w in pair]

@@ -45,6 +45,7 @@ from asic_backend.config import AsicConfig
 from asic_backend.cycles import ACC_BYTES, gemm_cost
 from asic_backend.device import get_device
 from asic_backend.oplib import DIRECT_CALLS
+from asic_backend.quant_ops import quantize_sym_rows
 from benchmarks.conftest import (
     DUT_PRESET,
     best_interleaved,
@@ -127,6 +128,16 @@ def activation(m: int, k: int) -> torch.Tensor:
 def int8(*shape: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(sum(shape))
     return torch.randint(-128, 128, shape, dtype=torch.int8, generator=g)
+
+
+def dut_operands(layer: Layer) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The int8 operands of the layer's DUT GEMMs as the DUT quantizes them (per token, per
+    output channel): the "kernel alone" rows time the DUT's own GEMMs, whose float32 slicing
+    depends on the weights' magnitudes (:func:`asic_backend.host_gemm.slice_length`)."""
+    return [
+        (quantize_sym_rows(activation(m, k))[0], quantize_sym_rows(weight(k, n)[0])[0])
+        for m, k, n in layer.gemms
+    ]
 
 
 def linear(k: int, n: int) -> nn.Linear:
@@ -261,7 +272,7 @@ def test_interleaved(benchmark: Any, layer: Layer, request: pytest.FixtureReques
     torch._dynamo.reset()
     config = AsicConfig.preset(DUT_PRESET)
     x = activation(layer.m, layer.k)
-    operands = [(int8(m, k), int8(n, k)) for m, k, n in layer.gemms]
+    operands = dut_operands(layer)
     if layer.kind == "mlp":
         block = mlp(layer)
         dut: Callable[[torch.Tensor], torch.Tensor] = torch.compile(

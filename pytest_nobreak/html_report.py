@@ -207,6 +207,8 @@ def _header(
     ]
     if document.get("asic_sim"):
         facts.append(("simulator", f"v{document['asic_sim']}"))
+    if document.get("host_gemm"):
+        facts.append(("host GEMM", str(document["host_gemm"])))
     facts.append(("baseline", baseline or "none"))
     counts = [f"{len(rows)} watched tests"]
     counts += [f"{n} {outcome}" for outcome, n in sorted(outcomes.items())]

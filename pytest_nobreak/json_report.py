@@ -168,13 +168,17 @@ def build_report(
     records: Iterable[TestRecord],
     *,
     asic_sim: str | None = None,
+    host_gemm: str | None = None,
     complete: Iterable[str] | None = None,
     roofs: Mapping[str, Mapping[str, Any]] | None = None,
     models: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The report document for the tests of this run.
 
-    ``asic_sim`` (the simulator's model version) goes in the header when known; a test not in
+    ``asic_sim`` (the simulator's model version) goes in the header when known, and
+    ``host_gemm`` (the host kernel that computed the DUT's products, with why: a fact about the
+    run's speed, not its figures, so reports of different kernels merge) when the run used the
+    ASIC backend; a test not in
     ``complete`` (it broke off half-way, so its figures are partial) gets ``"complete": false``,
     which keeps it out of a baseline made from the report (``python -m pytest_nobreak merge``).
     ``roofs`` are the roofs (peak ops/s, DRAM bandwidth) of the devices the tests' GEMMs ran
@@ -197,6 +201,8 @@ def build_report(
     }
     if asic_sim is not None:
         report["asic_sim"] = asic_sim
+    if host_gemm is not None:
+        report["host_gemm"] = host_gemm
     if roofs:
         report[ROOFS_KEY] = {key: dict(value) for key, value in roofs.items()}
     if models:

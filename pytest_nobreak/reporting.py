@@ -246,6 +246,13 @@ class SessionReporter:
             return ""
         return self.settings.asic_config().key
 
+    def _host_gemm(self) -> str | None:
+        if not self.settings.asic:
+            return None
+        from asic_backend import host_gemm
+
+        return host_gemm.describe()
+
     @functools.cached_property
     def document(self) -> dict[str, Any]:
         """This run's report document: what ``--nobreak-json`` writes and the HTML page shows
@@ -258,6 +265,7 @@ class SessionReporter:
             self._device(),
             self.records.values(),
             asic_sim=sim_version(),
+            host_gemm=self._host_gemm(),
             complete=self.complete,
             roofs=self.roofs,
             models=model_notes(self.config),

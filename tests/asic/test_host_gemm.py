@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from asic_backend import conv, host_gemm, numerics
 from asic_backend.conv import ConvGeometry, conv_i32
@@ -125,9 +126,11 @@ def test_int_mm_hands_a_reduction_of_one_to_float32() -> None:
 def test_the_scratch_accumulator_is_reused_and_grows() -> None:
     small = host_gemm.scratch_i32(2, 3)
     again = host_gemm.scratch_i32(3, 2)
-    assert again.data_ptr() == small.data_ptr() and again.shape == (3, 2)
+    assert again.data_ptr() == small.data_ptr()
+    assert again.shape == (3, 2)
     large = host_gemm.scratch_i32(64, 64)
-    assert large.shape == (64, 64) and large.is_contiguous()
+    assert large.shape == (64, 64)
+    assert large.is_contiguous()
     with torch.inference_mode():
         inside = host_gemm.scratch_i32(128, 128)
     assert not inside.is_inference()  # writable outside inference_mode later
@@ -143,7 +146,8 @@ def test_a_deep_conv_in_float32_slices_of_input_channels(zp: int) -> None:
     f = torch.full((3, 160, 3, 3), -128, dtype=torch.int8)
     geo = ConvGeometry.of(x.shape, f.shape, stride=1, padding=1, dilation=1, groups=1)
     slices = conv._float32_slices(geo, 255 if zp else 128)
-    assert len(slices) > 1 and slices[-1][1] == 160
+    assert len(slices) > 1
+    assert slices[-1][1] == 160
     with host_gemm.forced("float32"):
         out = conv_i32(x, f, geo, a_zp=zp)
     padded = torch.nn.functional.pad(x.double() - zp, (1, 1, 1, 1))  # padding holds the zp
@@ -167,7 +171,8 @@ def test_a_static_weight_sliced_into_one_batched_gemm_in_blocks_of_rows(
         out = host_gemm.mm_i32(a, w, w_static=True)
         again = host_gemm.mm_i32(a, w, out=torch.empty(7, 5, dtype=torch.int32), w_static=True)
     expected = a.long() @ w.long().t()
-    assert torch.equal(out.long(), expected) and torch.equal(again.long(), expected)
+    assert torch.equal(out.long(), expected)
+    assert torch.equal(again.long(), expected)
 
 
 CONV_CASES = [
@@ -225,3 +230,44 @@ def test_dyn_linear_gives_the_same_bits_under_every_kernel(k: int) -> None:
         with host_gemm.forced(name):
             outs.append(torch.ops.asic.dyn_linear(x, w, b, False, True, "default"))
     assert all(torch.equal(out, outs[0]) for out in outs[1:])
+
+
+@pytest.mark.parametrize(
+    ("value", "k", "length"),
+    [
+        (-128, 4096, host_gemm.FLOAT32_SLICE),  # the worst case: 1024 · 2^14 = 2^24
+        (32, 4096, 4096),  # 128 · 32 · 4096 = 2^24 exactly: one GEMM
+        (33, 4096, 2048),  # just over: two slices of 2048
+        (1, 100_000, 100_000),
+        (0, 3000, 3000),
+    ],
+)
+def test_the_slice_length_follows_the_weights_magnitudes(value: int, k: int, length: int) -> None:
+    w = torch.full((3, k), value, dtype=torch.int8)
+    assert host_gemm.slice_length(w) == length
+    a = torch.full((2, k), -128, dtype=torch.int8)  # the activations' worst case
+    a[1, ::2] = 127
+    with host_gemm.forced("float32"):
+        out = host_gemm.mm_i32(a, w, w_static=True)
+    assert torch.equal(out.long(), a.long() @ w.long().t())
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    k=st.integers(1, 6000),
+    big=st.integers(0, 128),
+    seed=st.integers(0, 2**16),
+)
+def test_a_static_weight_of_any_magnitudes_is_exact_under_float32(
+    k: int, big: int, seed: int
+) -> None:
+    """Weights mostly small with a run of large values: the slice length adapts, the result
+    stays exact for worst-case activations."""
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.randint(-8, 9, (4, k), dtype=torch.int8, generator=gen)
+    w[seed % 4, : k // 3] = -big if big < 128 else -128
+    a = torch.randint(-128, 128, (3, k), dtype=torch.int8, generator=gen)
+    a[0] = -128
+    with host_gemm.forced("float32"):
+        out = host_gemm.mm_i32(a, w, w_static=True)
+    assert torch.equal(out.long(), a.long() @ w.long().t())

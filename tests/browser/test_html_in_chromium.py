@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from asic_backend import host_gemm
 from tests.browser.chromium import console_errors, driver_or_skip, open_page
 
 PAYLOAD = "</script><script>document.title='pwned'</script><b class=pwned>x</b>"
@@ -149,6 +150,8 @@ def test_the_page_shows_the_run_and_runs_nothing_of_it(opened: Any) -> None:
     assert opened.find_elements(By.CSS_SELECTOR, "b.pwned") == []
     assert f"test_suite.py::test_cnn_on_dut[{PAYLOAD}]" in text  # shown as text
     assert "backend\nasic" in text
+    kernel = host_gemm.describe()  # this run's: the page's run was in this environment
+    assert f"host GEMM\n{kernel}" in text
     assert "baseline\nb.json" in text
     assert "5 watched tests · 2 failed · 3 passed · 1 regressed" in text
     assert "graph_breaks 0 → 1" in text

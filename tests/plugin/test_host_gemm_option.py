@@ -3,6 +3,8 @@ usage error before any test."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 
@@ -47,3 +49,24 @@ def test_without_the_asic_backend_the_kernel_is_not_read(
     result = suite.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     assert "host GEMM" not in result.stdout.str()
+
+
+def test_the_reports_name_the_kernel(
+    suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ASIC_HOST_GEMM", "float32")
+    result = suite.runpytest(
+        "-p", "no:cacheprovider", "--asic-backend", "--nobreak-json=r.json", "--nobreak-html=r.html"
+    )
+    result.assert_outcomes(passed=1)
+    document = json.loads((suite.path / "r.json").read_text())
+    assert document["host_gemm"] == "float32 ($ASIC_HOST_GEMM=float32)"
+    page = (suite.path / "r.html").read_text()
+    assert "host GEMM" in page
+    assert "float32 ($ASIC_HOST_GEMM=float32)" in page
+
+
+def test_without_the_asic_backend_the_report_has_no_kernel(suite: pytest.Pytester) -> None:
+    result = suite.runpytest("-p", "no:cacheprovider", "--nobreak-json=r.json")
+    result.assert_outcomes(passed=1)
+    assert "host_gemm" not in json.loads((suite.path / "r.json").read_text())
