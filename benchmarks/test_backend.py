@@ -36,7 +36,7 @@ from torch import nn
 from asic_backend import host_gemm, make_backend
 from asic_backend.device import get_device
 from asic_backend.quant_ops import quantize_sym_rows
-from benchmarks.conftest import best_interleaved, forced_kernel, host_line
+from benchmarks.conftest import best_interleaved, forced_kernel, host_line, smoke_rows
 
 pytest.importorskip("pytest_benchmark")
 
@@ -92,8 +92,8 @@ def _torchao_peer(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     return compiled
 
 
-def _int_mm_pair() -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
-    a = torch.randint(-128, 128, (M, K), dtype=torch.int8)
+def _int_mm_pair(rows: int = M) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
+    a = torch.randint(-128, 128, (rows, K), dtype=torch.int8)
     w1 = torch.randint(-128, 128, (N, K), dtype=torch.int8)
     w2 = torch.randint(-128, 128, (N, N), dtype=torch.int8)
     # The DUT's layout: weights [N, K], multiplied as a transposed view.
@@ -126,7 +126,7 @@ def test_eager_fp32(benchmark: Any, model: nn.Module, x: torch.Tensor) -> None:
 
 @pytest.mark.benchmark(group=GROUP)
 def test_raw_int_mm(benchmark: Any) -> None:
-    benchmark(_int_mm_pair())
+    benchmark(_int_mm_pair(smoke_rows(M, benchmark.disabled)))
 
 
 @pytest.mark.benchmark(group=GROUP)

@@ -51,6 +51,7 @@ from benchmarks.conftest import (
     forced_kernel,
     record,
     record_interleaved,
+    smoke_rows,
     timed_kernels,
 )
 
@@ -206,7 +207,8 @@ def test_fp32(benchmark: Any, layer: Conv | Attention, request: pytest.FixtureRe
 def test_int_mm(benchmark: Any, layer: Conv | Attention, request: pytest.FixtureRequest) -> None:
     # The DUT's operand layout: activations [M, K], weights [N, K] multiplied as a view [K, N].
     shapes = sorted(set(_gemms(layer)))
-    operands = {(m, k, n): (int8(m, k), int8(n, k)) for m, k, n in shapes}
+    rows = functools.partial(smoke_rows, disabled=benchmark.disabled)
+    operands = {(m, k, n): (int8(rows(m), k), int8(n, k)) for m, k, n in shapes}
     order = [operands[gemm] for gemm in _gemms(layer)]
 
     def gemms() -> list[torch.Tensor]:

@@ -52,6 +52,7 @@ from benchmarks.conftest import (
     forced_kernel,
     record,
     record_interleaved,
+    smoke_rows,
     timed_kernels,
 )
 
@@ -177,7 +178,8 @@ def test_fp32(benchmark: Any, layer: Layer, request: pytest.FixtureRequest) -> N
 @pytest.mark.parametrize("layer", LAYER_PARAMS)
 def test_int_mm(benchmark: Any, layer: Layer, request: pytest.FixtureRequest) -> None:
     # The DUT's operand layout: activations [M, K], weights [N, K] multiplied as a view [K, N].
-    operands = [(int8(m, k), int8(n, k)) for m, k, n in layer.gemms]
+    rows = functools.partial(smoke_rows, disabled=benchmark.disabled)
+    operands = [(int8(rows(m), k), int8(n, k)) for m, k, n in layer.gemms]
 
     def gemms() -> list[torch.Tensor]:
         return [torch._int_mm(a, w.t()) for a, w in operands]
