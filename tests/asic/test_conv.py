@@ -358,12 +358,17 @@ def test_overflowing_accumulators_wrap_or_saturate_exactly(
     )
     flat = [v for batch in exact for channel in batch for v in channel]
     assert any(abs(v) > golden.INT32_MAX for v in flat)  # the case does overflow
-    for overflow in ("wrap", "saturate"):
-        with mock.patch.object(conv, "_int_mm_conv", wraps=conv._int_mm_conv) as int_mm:
+    # Under each host kernel: the int_mm path where the kernel is int_mm, float convolutions
+    # (sliced where they would pass 2^24) otherwise, the same bits.
+    for kernel, overflow in itertools.product(("int_mm", "float32"), ("wrap", "saturate")):
+        with (
+            host_gemm.forced(kernel),
+            mock.patch.object(conv, "_int_mm_conv", wraps=conv._int_mm_conv) as int_mm,
+        ):
             out = conv_i32(x, w, geo, a_zp=zp, bias_i32=bias, acc_overflow=overflow)
-        assert int_mm.called == path.startswith("int_mm")
+        assert int_mm.called == (path.startswith("int_mm") and kernel == "int_mm")
         expected = golden.map_nested(lambda v, mode=overflow: golden.narrow(v, mode), exact)
-        assert out.tolist() == expected, overflow
+        assert out.tolist() == expected, (kernel, overflow)
 
 
 @pytest.mark.parametrize(
