@@ -98,6 +98,11 @@ def quantize_rows(x: Tensor, scale: Tensor, zp: Tensor | None, qmin: int, qmax: 
     return q.clamp_(qmin, qmax).to(torch.int8)
 
 
+#: From this many elements on, :func:`quantize_sym_rows` takes ``max(amax, -amin)`` for ``max |x|``
+#: (0.10 ms against 0.22 at 512×2048); below, the extra kernel costs more (1.5 µs at 1×2048).
+TWO_REDUCTIONS_MIN_NUMEL = 1 << 15
+
+
 def quantize_sym_rows(x: Tensor) -> tuple[Tensor, Tensor]:
     """The backend's own dynamic int8 of a 2-D ``x``: symmetric per row, TorchAO's formula
     (``amax / 127.5``). ``(q int8, scale f32 [rows, 1])``.
@@ -115,7 +120,11 @@ def quantize_sym_rows(x: Tensor) -> tuple[Tensor, Tensor]:
         scale = torch.clamp(x.abs().to(torch.float32) / INT8_MAX, min=F32_EPS)
     else:
         # amax is a fresh tensor: the steps on it are in place (one allocation, not three).
-        scale = x.abs().amax(dim=-1, keepdim=True)
+        if not torch.compiler.is_compiling() and x.numel() >= TWO_REDUCTIONS_MIN_NUMEL:
+            # Two reads of x instead of abs's read, write and read: half the time at 512×2048.
+            scale = torch.maximum(x.amax(dim=-1, keepdim=True), x.amin(dim=-1, keepdim=True).neg_())
+        else:
+            scale = x.abs().amax(dim=-1, keepdim=True)
         scale = scale.div_(float(INT8_MAX - INT8_MIN) / 2).clamp_(min=F32_EPS)
         if scale.dtype != torch.float32:
             scale = scale.to(torch.float32)

@@ -3,6 +3,7 @@ the device's per-call bookkeeping exact under threads."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 
@@ -94,8 +95,10 @@ def test_bfloat16_activations_keep_the_op_whole_and_exact(device: Device) -> Non
 def test_quantize_sym_rows_is_torchaos_formula() -> None:
     # The short form (abs-max, no zero point) against the general TorchAO replica it stands for.
     g = torch.Generator().manual_seed(3)
-    for dtype in (torch.float32, torch.bfloat16, torch.float16):
-        x = torch.randn(7, 33, generator=g).to(dtype)
+    # Small, and large enough for the two-reduction form of max |x| (TWO_REDUCTIONS_MIN_NUMEL).
+    shapes = [(7, 33), (7, quant_ops.TWO_REDUCTIONS_MIN_NUMEL // 7 + 1)]
+    for dtype, shape in itertools.product((torch.float32, torch.bfloat16, torch.float16), shapes):
+        x = torch.randn(shape, generator=g).to(dtype)
         x[2] = 0.0
         x[3] = x[3].abs()  # one-signed rows
         x[4] = -x[4].abs()
