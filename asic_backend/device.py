@@ -374,14 +374,23 @@ def run_mm_i32(
     bias_i32: torch.Tensor | None = None,
     device: Device,
     out: torch.Tensor | None = None,
+    allow_float32: bool = False,
 ) -> torch.Tensor:
     """The int32-out GEMM ``a_q·w_qᵀ − a_zp·rowsum(w_q) + bias_i32`` on ``device``: [M,N] int32.
 
     ``a_zp`` is an int, or an int32 tensor: ``[]``/``[1]``/``[1,1]`` per tensor, ``[M,1]`` per row.
-    ``out``: where the result may be written (:func:`asic_backend.numerics.linear_i32`).
+    ``out`` and ``allow_float32``: as :func:`asic_backend.numerics.linear_i32` takes them.
     """
     _check_device(device)
-    acc = numerics.linear_i32(a_q, w_q, a_zp, bias_i32, device.config.acc_overflow, out=out)
+    acc = numerics.linear_i32(
+        a_q,
+        w_q,
+        a_zp,
+        bias_i32,
+        device.config.acc_overflow,
+        out=out,
+        allow_float32=allow_float32,
+    )
     m, k = a_q.shape
     device.record_gemm(device.gemm_cost(m, k, w_q.shape[0], ACC_BYTES))
     return acc

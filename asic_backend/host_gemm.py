@@ -136,12 +136,17 @@ def mm_i32(
     *,
     out: torch.Tensor | None = None,
     w_static: bool = False,
+    allow_float32: bool = False,
 ) -> torch.Tensor:
     """``a_q [M, K] · w_q [N, K]ᵀ`` of int8 operands as int32 ``[M, N]``, exactly.
 
     The caller guarantees ``K <= INT_MM_MAX_K`` (no int32 overflow). ``w_static``: ``w_q`` is a
     long-lived operand (a weight), so a float kernel keeps its float copy while it is unchanged
     (:mod:`asic_backend.tensor_cache`) instead of converting it on every call.
+    ``allow_float32``: where a float32 GEMM computed the result in one slice (every value an
+    integer within 2^24, exactly what int32 → float32 gives), return that float32 tensor, new
+    (``out`` unused), for a caller that rescales it in float32: the round trip through int32
+    would cost two passes and change no value.
     """
     name = _kernel_for(a_q.shape[1])
     if name == "int_mm":
@@ -149,7 +154,7 @@ def mm_i32(
         return torch._int_mm(a, w, out=out) if out is not None else torch._int_mm(a, w)
     dtype = torch.float64 if name == "float64" else torch.float32
     if dtype == torch.float32 and w_static:
-        return _float32_weight_gemm(a_q, w_q, out)
+        return _float32_weight_gemm(a_q, w_q, out, allow_float32)
     w = float_weight(w_q, dtype) if w_static else w_q.to(dtype)
     result = _float_mm(a_q.to(dtype), w)
     return result if out is None else out.copy_(result)
@@ -163,7 +168,7 @@ _F32_EXACT = 1 << 24
 
 
 def _float32_weight_gemm(
-    a_q: torch.Tensor, w_q: torch.Tensor, out: torch.Tensor | None
+    a_q: torch.Tensor, w_q: torch.Tensor, out: torch.Tensor | None, allow_float32: bool = False
 ) -> torch.Tensor:
     """``a_q · w_qᵀ`` by a static weight in float32, exactly, in as few K slices as its values
     allow (:func:`_weight_slices`: usually one); several slices run as one batched GEMM whose
@@ -181,8 +186,10 @@ def _float32_weight_gemm(
         a = torch.zeros((m, slices * length), dtype=torch.float32, device=a_q.device)
         a[:, :k] = a_q
     if slices == 1:
-        result = (a @ chunks[0].t()).to(torch.int32)
-        return result if out is None else out.copy_(result)
+        product = a @ chunks[0].t()
+        if allow_float32:
+            return product
+        return product.to(torch.int32) if out is None else out.copy_(product)
     if out is None:
         out = torch.empty((m, n), dtype=torch.int32, device=a_q.device)
     rows = max(1, _PARTIALS_MAX // (slices * n))

@@ -238,6 +238,7 @@ def linear_i32(
     acc_overflow: AccOverflow = "wrap",
     *,
     out: torch.Tensor | None = None,
+    allow_float32: bool = False,
 ) -> torch.Tensor:
     """The int32 accumulator ``a_q·w_qᵀ − a_zp·rowsum(w_q) + bias_i32``, shape [M,N], contiguous.
 
@@ -245,6 +246,8 @@ def linear_i32(
     The result is exact then wrapped or saturated per ``acc_overflow``; it never aliases an input.
     ``out``: a contiguous int32 [M,N] the int32 path may write the result into (such as
     :func:`asic_backend.host_gemm.scratch_i32`); the returned tensor is the result either way.
+    ``allow_float32``: without a zero-point or bias, the result may be float32 holding the same
+    values (:func:`asic_backend.host_gemm.mm_i32`), for a caller that rescales it in float32.
 
     >>> a = torch.tensor([[1, -2, 3]], dtype=torch.int8)
     >>> w = torch.tensor([[4, 5, 6], [-1, 0, 1]], dtype=torch.int8)
@@ -259,7 +262,11 @@ def linear_i32(
     has_zp = isinstance(zp, torch.Tensor) or zp != 0
 
     # acc is int32 on the fast path, else exact int64 (narrowed at the end).
-    acc = host_gemm.mm_i32(a_q, w_q, out=out, w_static=True) if fast else _exact_gemm_i64(a_q, w_q)
+    if fast:
+        plain = allow_float32 and not has_zp and bias_i32 is None
+        acc = host_gemm.mm_i32(a_q, w_q, out=out, w_static=True, allow_float32=plain)
+    else:
+        acc = _exact_gemm_i64(a_q, w_q)
     if not has_zp and bias_i32 is None:
         return acc if fast else narrow_i32(acc, acc_overflow)
 

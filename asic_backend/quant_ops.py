@@ -284,13 +284,14 @@ def _weight_mm(
     x_q: Tensor, w: Tensor, w_transposed: bool, cache_weight: bool, device: str
 ) -> tuple[Tensor, Tensor]:
     """:func:`dyn_weight_mm` with the weight scales as cached (not copied) and the accumulator
-    in this thread's scratch buffer: for :func:`dyn_linear`'s rescale, which only reads them
-    before the next GEMM."""
+    in this thread's scratch buffer (or as float32 where the host computed it so): for
+    :func:`dyn_linear`'s rescale, which only reads them before the next GEMM."""
     w_q, w_scale = _dut_weight(w, w_transposed, cache_weight, x_q.shape[-1])
     if x_q.shape[0] == 0:  # nothing to issue
         return x_q.new_zeros((0, w_q.shape[0]), dtype=torch.int32), w_scale
     out = scratch_i32(x_q.shape[0], w_q.shape[0])
-    return run_mm_i32(x_q, w_q, device=get_device(device), out=out), w_scale
+    acc = run_mm_i32(x_q, w_q, device=get_device(device), out=out, allow_float32=True)
+    return acc, w_scale
 
 
 @dyn_weight_mm.register_fake

@@ -271,3 +271,23 @@ def test_a_static_weight_of_any_magnitudes_is_exact_under_float32(
     with host_gemm.forced("float32"):
         out = host_gemm.mm_i32(a, w, w_static=True)
     assert torch.equal(out.long(), a.long() @ w.long().t())
+
+
+def test_a_one_slice_float32_product_may_stay_float32() -> None:
+    """``allow_float32``: the float32 GEMM's own result (integers within 2^24), the values of
+    the int32 one; several slices, or another kernel, still give int32."""
+    gen = torch.Generator().manual_seed(5)
+    a = torch.randint(-128, 128, (4, 300), dtype=torch.int8, generator=gen)
+    w = torch.randint(-128, 128, (6, 300), dtype=torch.int8, generator=gen)
+    deep = torch.full((6, 3000), -128, dtype=torch.int8)  # worst case: three slices of K
+    expected = a.long() @ w.long().t()
+    with host_gemm.forced("float32"):
+        out = host_gemm.mm_i32(a, w, w_static=True, allow_float32=True)
+        sliced = host_gemm.mm_i32(
+            torch.ones(4, 3000, dtype=torch.int8), deep, w_static=True, allow_float32=True
+        )
+    assert out.dtype == torch.float32
+    assert torch.equal(out.long(), expected)
+    assert sliced.dtype == torch.int32
+    with host_gemm.forced("int_mm"):
+        assert host_gemm.mm_i32(a, w, w_static=True, allow_float32=True).dtype == torch.int32
