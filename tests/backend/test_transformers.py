@@ -129,7 +129,9 @@ def _tokens() -> dict[str, Any]:
 CASES: dict[str, Case] = {
     "resnet": Case(_resnet, _pixels, 5e-2, 0.999),
     "convnext": Case(_convnext, _pixels, 5e-2, 0.999),
-    # 52 convolutions deep, 17 of them depthwise: the int8 error compounds (measured 8.7e-2).
+    # 52 convolutions deep, 17 of them depthwise, activations quantized per sample: the int8
+    # error compounds. Measured with the suite's seed 0: 0.14 of the range, cosine 0.9904; seeds
+    # 1-3 reach 0.28 and 0.977, so this bound holds for seed 0 only (issue 24).
     "mobilenet_v2": Case(_mobilenet_v2, _pixels, 0.2, 0.99),
     "whisper_encoder": Case(
         _whisper_encoder, lambda: {"input_features": torch.randn(2, 16, 32)}, 5e-2, 0.999
