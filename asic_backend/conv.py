@@ -33,14 +33,13 @@ import torch
 import torch.nn.functional as F
 
 from asic_backend import host_gemm, numerics
-from asic_backend.host_gemm import INT_MM_MIN_K
+from asic_backend.host_gemm import F32_EXACT
 from asic_backend.numerics import INT_MM_MAX_K, AccOverflow
 from asic_backend.tensor_cache import new_cache, stamp
 
 __all__ = ["ConvGeometry", "conv_i32", "conv_out_size", "im2col", "per_dim"]
 
-#: Largest |integer| float32 holds exactly (2^24); float64: 2^53.
-_F32_EXACT = 2**24
+#: Largest |integer| float64 holds exactly (float32's: host_gemm.F32_EXACT).
 _F64_EXACT = 2**53
 
 
@@ -269,7 +268,7 @@ def _float32_conv_is_exact() -> bool:
     int8 values are exact in float32 (and in bf16/tf32), so only the accumulation can round: a
     reduction just below the bound, with worst-case magnitudes and mixed signs, shows it.
     """
-    channels = (_F32_EXACT // 2**14 - 1) // 9
+    channels = (F32_EXACT // 2**14 - 1) // 9
     x = torch.arange(channels * 36, dtype=torch.float32).reshape(1, channels, 6, 6)
     w = torch.arange(4 * channels * 9, dtype=torch.float32).reshape(4, channels, 3, 3)
     x = torch.where(x % 3 == 0, 127.0, -128.0)
@@ -280,7 +279,7 @@ def _float32_conv_is_exact() -> bool:
 def _float_dtype(bound: int) -> torch.dtype:
     """The float dtype that computes an integer convolution exactly when |every partial sum| <
     ``bound``."""
-    if bound < _F32_EXACT and _fp32_ieee() and _float32_conv_is_exact():
+    if bound < F32_EXACT and _fp32_ieee() and _float32_conv_is_exact():
         return torch.float32
     if bound < _F64_EXACT:
         return torch.float64
@@ -325,10 +324,9 @@ def conv_i32(
     if (
         not geo.transposed
         and geo.groups == 1
-        and INT_MM_MIN_K <= geo.gemm[1] <= INT_MM_MAX_K
+        and geo.gemm[1] <= INT_MM_MAX_K
         and not isinstance(zp, torch.Tensor)
-        and host_gemm.kernel() == "int_mm"
-        and host_gemm.int_mm_is_exact()
+        and host_gemm.kernel_for(geo.gemm[1]) == "int_mm"
     ):
         return _int_mm_conv(x_q, w_q, geo, zp, bias_i32, acc_overflow)
     slices = _float32_slices(geo, max_x)
@@ -336,12 +334,7 @@ def conv_i32(
         exact = _sliced_float32_conv(x_q, w_q, geo, zp, slices, fits_int32)
     else:
         dtype = torch.float32 if slices else _float_dtype(bound)
-        xf = x_q.to(dtype)
-        if isinstance(zp, torch.Tensor):
-            xf = xf - zp.to(dtype).reshape(-1, *([1] * (geo.spatial + 1)))
-        elif zp != 0:
-            xf = xf - zp
-        # Zero padding of (x - zp) is padding x with its zero-point: it adds nothing.
+        xf = _shifted(x_q, zp, dtype, geo.spatial)
         exact = _float_conv(xf, host_gemm.float_weight(w_q, dtype), geo)
         if allow_float32 and slices and bias_i32 is None:
             return exact.contiguous()  # integers below 2^24: exactly the int32 values
@@ -352,6 +345,17 @@ def conv_i32(
     if fits_int32:
         return exact.to(torch.int32).contiguous()
     return numerics.narrow_i32(exact.to(torch.int64), acc_overflow).contiguous()
+
+
+def _shifted(
+    x_q: torch.Tensor, zp: int | torch.Tensor, dtype: torch.dtype, spatial: int
+) -> torch.Tensor:
+    """``x_q − zp`` (one zero-point, or one per sample) as a new ``dtype`` tensor. Zero padding
+    of it is padding ``x_q`` with its zero-point: it adds nothing."""
+    xf = x_q.to(dtype)
+    if isinstance(zp, torch.Tensor):
+        return xf.sub_(zp.to(dtype).reshape(-1, *([1] * (spatial + 1))))
+    return xf.sub_(zp) if zp != 0 else xf
 
 
 def _sliced_float32_conv(
@@ -369,11 +373,7 @@ def _sliced_float32_conv(
     weights = _weight_channel_slices(w_q, geo.transposed, slices)
     exact: torch.Tensor | None = None
     for (lo, hi), wf in zip(slices, weights, strict=True):
-        xf = x_q[:, lo:hi].to(torch.float32)
-        if isinstance(zp, torch.Tensor):
-            xf = xf - zp.to(torch.float32).reshape(-1, *([1] * (geo.spatial + 1)))
-        elif zp != 0:
-            xf = xf - zp
+        xf = _shifted(x_q[:, lo:hi], zp, torch.float32, geo.spatial)
         part = _float_conv(xf, wf, geo).to(acc_dtype)
         exact = part if exact is None else exact.add_(part)
     assert exact is not None
@@ -408,11 +408,11 @@ def _float32_slices(geo: ConvGeometry, max_x: int) -> list[tuple[int, int]]:
     """
     if not (_fp32_ieee() and _float32_conv_is_exact()):
         return []
-    if geo.reduction * max_x * 128 < _F32_EXACT:
+    if geo.reduction * max_x * 128 < F32_EXACT:
         return [(0, geo.in_channels)]
     per_channel = math.prod(geo.kernel) * max_x * 128
     channels = geo.in_channels
-    longest = (_F32_EXACT - 1) // per_channel
+    longest = (F32_EXACT - 1) // per_channel
     if geo.groups != 1 or longest == 0:
         return []
     # A power of two: oneDNN's blocked kernels run such channel counts fastest (64 channels x4

@@ -6,9 +6,10 @@ exactly. Three kernels are exact for every reduction length the int32 fast path 
 
 - ``int_mm``: ``torch._int_mm``, fast where the CPU has an int8 dot-product unit (AVX-512 VNNI,
   AVX-VNNI, AMX), and 10-20x slower than a float GEMM where it has not (AVX2 alone);
-- ``float32``: float32 GEMMs over slices of at most :data:`FLOAT32_SLICE` of K, summed in
-  int32: every product of two int8 values is at most 2^14 in magnitude, so each slice's partial
-  sums are integers of at most 2^24, which float32 holds exactly, in any summation order;
+- ``float32``: float32 GEMMs over slices of K, summed in int32: every product of two int8
+  values is at most 2^14 in magnitude, so a slice of :data:`FLOAT32_SLICE` keeps every partial
+  sum an integer within 2^24, which float32 holds exactly, in any summation order; a weight
+  whose values are smaller allows longer slices (:func:`slice_length`);
 - ``float64``: one float64 GEMM, exact while K·2^14 < 2^53. Measured never faster than
   ``float32`` (1.3-1.8x slower at each of the int8 benchmark's layer shapes, on an AVX-512
   host), so only forcing it picks it.
@@ -43,6 +44,7 @@ from asic_backend.tensor_cache import new_cache, stamp
 
 __all__ = [
     "ENV_VAR",
+    "F32_EXACT",
     "FLOAT32_SLICE",
     "INT_MM_MIN_K",
     "KERNELS",
@@ -53,6 +55,7 @@ __all__ = [
     "has_int8_unit",
     "int_mm_is_exact",
     "kernel",
+    "kernel_for",
     "mm_i32",
     "scratch_i32",
     "slice_length",
@@ -62,9 +65,10 @@ __all__ = [
 KERNELS: tuple[str, ...] = ("int_mm", "float32", "float64")
 #: The environment variable that forces one (or ``auto``).
 ENV_VAR = "ASIC_HOST_GEMM"
-#: The longest slice of K one float32 GEMM reduces: 1024 · 2^14 = 2^24, float32's last exact
-#: integer step.
-FLOAT32_SLICE = 1024
+#: float32's last exact integer step: every partial sum of a float32 GEMM slice stays within it.
+F32_EXACT = 1 << 24
+#: The slice of K a float32 GEMM of any int8 operands reduces exactly: 1024 · 2^14 = 2^24.
+FLOAT32_SLICE = F32_EXACT // 2**14
 #: The smallest K given to ``torch._int_mm``: on CPU (torch 2.13, oneDNN) K = 1 with N >= 2 returns
 #: uninitialized memory, silently (found by the property tests); such GEMMs take ``float32``.
 INT_MM_MIN_K = 2
@@ -148,7 +152,7 @@ def mm_i32(
     (``out`` unused), for a caller that rescales it in float32: the round trip through int32
     would cost two passes and change no value.
     """
-    name = _kernel_for(a_q.shape[1])
+    name = kernel_for(a_q.shape[1])
     if name == "int_mm":
         a, w = _row_major(a_q), _row_major(w_q).t()
         return torch._int_mm(a, w, out=out) if out is not None else torch._int_mm(a, w)
@@ -163,8 +167,6 @@ def mm_i32(
 #: The most float32 partial products (slices × rows × columns) one batched GEMM of
 #: :func:`_float32_weight_gemm` holds at once: 128 MiB.
 _PARTIALS_MAX = 1 << 25
-#: float32's last exact integer step: every partial sum of a float32 GEMM slice stays within it.
-_F32_EXACT = 1 << 24
 
 
 def _float32_weight_gemm(
@@ -207,13 +209,13 @@ def slice_length(w_q: torch.Tensor) -> int:
 
     A partial sum is at most ``128 · Σ |w|`` over the slice, in any order: while that stays
     within 2^24 float32 holds it exactly. The worst case (every weight ±128) allows 1,024; the
-    weights of a trained or quantized layer are mostly far smaller, so a whole K of several
-    thousand usually fits in one GEMM.
+    weights of a quantized layer are mostly far smaller: 2,048 to 4,096 for Gaussian weights
+    quantized per channel (all of K = 2048, half of K = 8192).
     """
     n, k = w_q.shape
     if k <= FLOAT32_SLICE or n == 0:
         return max(k, 1)
-    bound = _F32_EXACT // 128
+    bound = F32_EXACT // 128
     sums = w_q.to(torch.int32).abs_().cumsum(dim=1)  # |Σ| <= 128 · K fits int32
     if int(sums[:, -1].max()) <= bound:
         return k
@@ -253,11 +255,11 @@ def bmm_i32(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
     """``a_q [B, M, K] · w_q[b] [N, K]ᵀ`` per ``b``, int8 operands, as int32 ``[B, M, N]``,
     exactly (the caller guarantees ``K <= INT_MM_MAX_K``)."""
     batch, m, k = a_q.shape
-    name = _kernel_for(k)
+    name = kernel_for(k)
     if name == "int_mm":
         acc = torch.empty((batch, m, w_q.shape[1]), dtype=torch.int32, device=a_q.device)
         for i in range(batch):
-            mm_i32(a_q[i], w_q[i], out=acc[i])
+            torch._int_mm(_row_major(a_q[i]), _row_major(w_q[i]).t(), out=acc[i])
         return acc
     # One batched float GEMM (per K slice) instead of B small ones.
     dtype = torch.float64 if name == "float64" else torch.float32
@@ -284,7 +286,9 @@ def scratch_i32(m: int, n: int) -> torch.Tensor:
 _scratch = threading.local()
 
 
-def _kernel_for(k: int) -> str:
+def kernel_for(k: int) -> str:
+    """The kernel that computes a reduction of length ``k``: :func:`kernel`, except that under
+    ``int_mm`` a GEMM ``torch._int_mm`` would get wrong takes ``float32``."""
     name = kernel()
     if name == "int_mm" and (k < INT_MM_MIN_K or not int_mm_is_exact()):
         return "float32"

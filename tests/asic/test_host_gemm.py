@@ -291,3 +291,13 @@ def test_a_one_slice_float32_product_may_stay_float32() -> None:
     assert sliced.dtype == torch.int32
     with host_gemm.forced("int_mm"):
         assert host_gemm.mm_i32(a, w, w_static=True, allow_float32=True).dtype == torch.int32
+
+
+@pytest.mark.parametrize(("k", "length"), [(2048, 2048), (8192, 4096)])
+def test_quantized_gaussian_weights_take_long_slices(k: int, length: int) -> None:
+    """What the README and :func:`host_gemm.slice_length` say of a quantized layer: all of
+    K = 2048 in one float32 GEMM, half of K = 8192."""
+    from asic_backend.quant_ops import quantize_sym_rows
+
+    w = torch.randn(512, k, generator=torch.Generator().manual_seed(k)) / k**0.5
+    assert host_gemm.slice_length(quantize_sym_rows(w)[0]) == length
