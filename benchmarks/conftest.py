@@ -62,19 +62,32 @@ def record_interleaved(config: pytest.Config, group: str, best: dict[str, float]
     config.stash.setdefault(_ROWS, {}).setdefault(group, Row()).interleaved.update(best)
 
 
+#: The time one candidate of :func:`best_interleaved` may take over its rounds, once it has run
+#: :data:`MIN_ROUNDS` of them: forced ``int_mm`` on an AVX2-only host takes seconds per prefill
+#: GEMM, and its best of three rounds is as steady as a millisecond kernel's best of 200.
+BUDGET_S = 3.0
+MIN_ROUNDS = 3
+
+
 def best_interleaved(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
     """Best time (s) of each function over ``rounds`` round-robin passes.
 
     Interleaving makes every candidate see the same machine: on a shared 2-core host a
     neighbour's load (or a slow spell of memory bandwidth, which a decode GEMV is bound by)
-    would otherwise land on whichever benchmark ran at that moment.
+    would otherwise land on whichever benchmark ran at that moment. A candidate leaves the
+    passes once it has run :data:`MIN_ROUNDS` and spent :data:`BUDGET_S` seconds.
     """
     best = dict.fromkeys(fns, float("inf"))
-    for _ in range(rounds):
+    spent = dict.fromkeys(fns, 0.0)
+    for done in range(rounds):
         for name, fn in fns.items():
+            if done >= MIN_ROUNDS and spent[name] >= BUDGET_S:
+                continue
             start = time.perf_counter()
             fn()
-            best[name] = min(best[name], time.perf_counter() - start)
+            elapsed = time.perf_counter() - start
+            best[name] = min(best[name], elapsed)
+            spent[name] += elapsed
     return best
 
 

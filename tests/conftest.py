@@ -38,6 +38,28 @@ def _init(
 _pytester.SysModulesSnapshot.__init__ = _init  # type: ignore[method-assign]
 
 
+#: Plugins of this environment that no inner pytest run needs: hypothesis's takes 1.5 s to import
+#: in every pytest process on a 2-core AVX2 host (anyio's 0.5 s), and the suite starts some 80.
+#: The README's runs keep the user's whole set (tests/test_readme.py builds their environment).
+INNER_ADDOPTS = "-p no:hypothesispytest -p no:anyio"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _lean_subprocess_runs() -> Iterator[None]:
+    """Inner runs started with ``subprocess`` (module fixtures included) skip those plugins."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTEST_ADDOPTS", INNER_ADDOPTS)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _lean_pytester_runs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same for ``pytester`` runs, whose setup clears ``PYTEST_ADDOPTS``: set it after."""
+    if "pytester" in request.fixturenames:
+        request.getfixturevalue("pytester")
+        monkeypatch.setenv("PYTEST_ADDOPTS", INNER_ADDOPTS)
+
+
 @pytest.fixture(autouse=True)
 def _no_ci_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """Inner pytest runs must not see the outer CI's environment: ``CI`` turns strict baselines

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -397,16 +398,28 @@ def warnings_summary(result: pytest.RunResult) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize(
-    "plugin_args", [("--nobreak-all",), ("--nobreak-all", "--asic-backend")], ids=["all", "asic"]
-)
+#: The watched runs compared with the unwatched one: the plugin alone, and with the ASIC backend.
+WATCHED = {"all": ("--nobreak-all",), "asic": ("--nobreak-all", "--asic-backend")}
+
+
 def test_the_suite_runs_as_without_the_plugin(
-    models: Models, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+    models: Models, monkeypatch: pytest.MonkeyPatch, subtests: pytest.Subtests
 ) -> None:
     models.pytester.makepyfile(**SUITE)
     off, seen_off = run_suite(models, monkeypatch, "off", "-p", "no:nobreak")
-    on, seen_on = run_suite(models, monkeypatch, "on", *plugin_args, "--nobreak-json", "r.json")
+    for name, plugin_args in WATCHED.items():  # one unwatched run serves both comparisons
+        with subtests.test(name):
+            json_path = models.pytester.path / f"{name}.json"
+            on, seen_on = run_suite(
+                models, monkeypatch, name, *plugin_args, "--nobreak-json", str(json_path)
+            )
+            _assert_runs_alike(off, seen_off, on, seen_on, json_path)
 
+
+def _assert_runs_alike(
+    off: pytest.RunResult, seen_off: list[str], on: pytest.RunResult, seen_on: list[str],
+    json_path: Path,
+) -> None:  # fmt: skip
     # The same outcomes, warnings, log records: test for test, line for line.
     for result in (off, on):
         assert result.ret == 0, result.stdout.str()
@@ -432,7 +445,7 @@ def test_the_suite_runs_as_without_the_plugin(
     assert warned == ["test_e_warn_once.py::test_first", "test_i_asic.py::test_autograd_live"]
 
     # The figures: what each test compiled itself, whatever it reset.
-    tests = json.loads((models.pytester.path / "r.json").read_text())["tests"]
+    tests = json.loads(json_path.read_text())["tests"]
 
     def figures(nodeid: str) -> tuple[int, int, int, int]:
         entry = tests[nodeid]
