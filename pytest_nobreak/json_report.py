@@ -184,7 +184,8 @@ def build_report(
     ``roofs`` are the roofs (peak ops/s, DRAM bandwidth) of the devices the tests' GEMMs ran
     on, by device key, for the roofline of the HTML report; ``models`` the skip or failure
     reason of each ``--nobreak-model`` check that did not pass, and whether its compiled calls
-    had all run (``{"reason": ..., "finished": ...}``), by nodeid, for the model-zoo table.
+    had all run (``{"reason": ..., "finished": ...}``, and ``"built": false`` for a named model
+    that could not be built, so failed), by nodeid, for the model-zoo table.
     """
     finished = None if complete is None else set(complete)
     tests = {}
@@ -295,12 +296,16 @@ def _section_problem(document: Mapping[str, Any]) -> str | None:
     models = document.get(MODELS_KEY, {})
     if not isinstance(models, dict) or not all(
         isinstance(note, dict)
-        and set(note) == {"reason", "finished"}
+        and {"reason", "finished"} <= set(note) <= {"reason", "finished", "built"}
         and isinstance(note["reason"], str)
         and isinstance(note["finished"], bool)
+        and isinstance(note.get("built", False), bool)
         for note in models.values()
     ):
-        return f'"{MODELS_KEY}" must be an object of {{"reason": str, "finished": bool}} by test id'
+        return (
+            f'"{MODELS_KEY}" must be an object of {{"reason": str, "finished": bool'
+            '[, "built": bool]} by test id'
+        )
     return None
 
 

@@ -54,6 +54,11 @@ PLUGIN_NAME = "nobreak-models"
 CALLED_KEY = pytest.StashKey[bool]()
 #: Attribute of a check's call-phase report carrying that flag to the xdist controller.
 FINISHED_ATTR = "nobreak_model_finished"
+#: The second line of the failure of a named model that cannot be built (the first, the reason,
+#: is what a sweep's skip says).
+NAMED_NOT_SKIPPED = "not skipped: --nobreak-model names it (a sweep's members skip instead)"
+#: Set on the call report of a check whose model could not be built (named, so it failed).
+UNBUILT_ATTR = "nobreak_model_unbuilt"
 #: Default ``--nobreak-model-timeout``: a model that takes longer to build, trace, lower and
 #: simulate is a problem of its own, and one must not hold up a sweep of hundreds.
 DEFAULT_TIMEOUT_S = 300.0
@@ -170,17 +175,18 @@ class ModelPlugin:
         self.models = models
         try:
             self.specs = expand(list(models.specs))
-            named = {spec.text for spec in models.specs}
+            #: The specs the user named (not members of a sweep): one that cannot be built fails.
+            self.named = frozenset(spec.text for spec in models.specs)
             self.factories = {spec.text: resolve(spec) for spec in self.specs}
             if not hasattr(config, "workerinput"):  # once, on the controller
-                self._check_inputs(named)
+                self._check_inputs(self.named)
         except SpecError as exc:
             raise pytest.UsageError(str(exc)) from None
         #: Each check's skip or failure reason, and whether its compiled calls had run (so its
         #: breaks are all known), by nodeid (on the controller).
         self.notes: dict[str, dict[str, Any]] = {}
 
-    def _check_inputs(self, named: set[str]) -> None:
+    def _check_inputs(self, named: frozenset[str]) -> None:
         """Inputs that cannot be made are a usage error before any test runs: a factory's
         (calling it), a named ``hf:`` model's (its main input). A sweep's members skip instead."""
         from pytest_nobreak.models import check_inputs
@@ -233,6 +239,9 @@ class ModelPlugin:
         report = yield
         if isinstance(item, ModelCheck) and report.when == "call":
             setattr(report, FINISHED_ATTR, item.stash.get(CALLED_KEY, False))
+            parent = item.parent
+            if isinstance(parent, ModelCollector) and parent.unbuilt:
+                setattr(report, UNBUILT_ATTR, True)
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -245,7 +254,10 @@ class ModelPlugin:
         else:
             return
         finished = bool(getattr(report, FINISHED_ATTR, False))
-        self.notes[report.nodeid] = {"reason": reason, "finished": finished}
+        note: dict[str, Any] = {"reason": reason, "finished": finished}
+        if getattr(report, UNBUILT_ATTR, False):
+            note["built"] = False
+        self.notes[report.nodeid] = note
 
 
 def model_notes(config: pytest.Config) -> dict[str, dict[str, Any]]:
@@ -285,6 +297,8 @@ class ModelCollector(pytest.Collector):
         self._built: BuiltModel | None = None
         self._skip: str | None = None
         self._failure: str | None = None
+        #: The model was named and could not be built: its checks failed without running.
+        self.unbuilt = False
 
     def collect(self) -> list[pytest.Item]:
         items: list[pytest.Item] = []
@@ -296,7 +310,8 @@ class ModelCollector(pytest.Collector):
         return items
 
     def model(self) -> BuiltModel:
-        """The model and its inputs, built on first use; skips when it cannot be built."""
+        """The model and its inputs, built on first use; when it cannot be built, fails if the
+        user named it and skips if a sweep did."""
         from pytest_nobreak.models import BuildSkip, InferredInputsError, build
 
         if self._skip is not None:
@@ -307,11 +322,22 @@ class ModelCollector(pytest.Collector):
             try:
                 self._built = build(self.spec, self.factory, self.plugin.models.inputs)
             except BuildSkip as exc:
-                self._skip = f"{self.spec.text}: {exc}"
-                pytest.skip(self._skip)
+                reason = f"{self.spec.text}: {exc}"
+                if self.spec.text in self.plugin.named:
+                    # Named by the user, so a gate relies on it: not building is a failure (a
+                    # skip would exit 0 the day it stops building). A sweep's member skips.
+                    self._failure = f"{reason}\n{NAMED_NOT_SKIPPED}"
+                    self.unbuilt = True
+                else:
+                    self._skip = reason
             except InferredInputsError as exc:
                 self._failure = str(exc)
+            # Outside the except clauses: the message alone, not a chain of two tracebacks.
+            if self._skip is not None:
+                pytest.skip(self._skip)
+            if self._failure is not None:
                 pytest.fail(self._failure, pytrace=False)
+        assert self._built is not None
         return self._built
 
     def backend(self) -> Any:

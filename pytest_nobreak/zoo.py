@@ -43,12 +43,15 @@ class Row:
         entries: Mapping[str, Mapping[str, Any]],
         notes: Mapping[str, str],
         finished: Mapping[str, bool] | None = None,
+        unbuilt: bool = False,
     ):
         self.spec = spec
         self.entries = entries
         self.notes = notes
         #: Per check that did not pass: whether its compiled calls had all run.
         self.finished_checks = dict(finished or {})
+        #: A named model that could not be built: its checks failed, but nothing was checked.
+        self.unbuilt = unbuilt
 
     def _check(self, *checks: str) -> str | None:
         """The first of ``checks`` that ran (was not skipped)."""
@@ -65,7 +68,7 @@ class Row:
     @property
     def skipped(self) -> str | None:
         """The reason the model could not be checked (it was not built), or ``None``."""
-        if self._entry(*self.entries) is not None:
+        if not self.unbuilt and self._entry(*self.entries) is not None:
             return None
         for check in self.entries:
             if check in self.notes:
@@ -201,12 +204,18 @@ def rows_of(report: Mapping[str, Any]) -> list[Row]:
                 raise ReportError("", f"holds a malformed entry: {exc}", "") from None
             grouped[match["spec"]][match["check"]] = entry
     finished: dict[str, dict[str, bool]] = collections.defaultdict(dict)
+    unbuilt: set[str] = set()
     for nodeid, note in report.get(MODELS_KEY, {}).items():
         match = _NODEID.match(nodeid)
         if match:
             notes[match["spec"]][match["check"]] = note["reason"]
             finished[match["spec"]][match["check"]] = note["finished"]
-    return [Row(spec, grouped[spec], notes[spec], finished[spec]) for spec in sorted(grouped)]
+            if note.get("built") is False:
+                unbuilt.add(match["spec"])
+    return [
+        Row(spec, grouped[spec], notes[spec], finished[spec], spec in unbuilt)
+        for spec in sorted(grouped)
+    ]
 
 
 def _strip_spec(note: str, spec: str) -> str:

@@ -266,6 +266,31 @@ def test_a_sweep_skips_what_cannot_be_built_with_the_reason(
     assert note["finished"] is False  # skipped before its compiled call
 
 
+def test_a_named_model_that_cannot_be_built_fails(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gate on a model the user named must not pass the day the model stops building."""
+    monkeypatch.setattr("pytest_nobreak.hf_models.MAX_PARAMS", 1000)
+    result = run(pytester, "--nobreak-model", "hf:bert", "--nobreak-json", "r.json")
+    result.assert_outcomes(failed=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    reason = "hf:bert: still 0M parameters after shrinking (limit 0M)"
+    why = "not skipped: --nobreak-model names it (a sweep's members skip instead)"
+    result.stdout.fnmatch_lines(
+        [
+            "*_ nobreak-model[[]hf:bert[]]::compiles_whole _*", reason, why,
+            "*_ nobreak-model[[]hf:bert[]]::no_recompile _*", reason, why,
+        ]
+    )  # fmt: skip
+    assert "During handling" not in result.stdout.str()
+    notes = json.loads((pytester.path / "r.json").read_text())["models"]
+    assert notes["nobreak-model[hf:bert]::no_recompile"] == {
+        "reason": reason,
+        "finished": False,
+        "built": False,
+    }
+
+
 # ----------------------------------------------------------------------------- inputs
 
 

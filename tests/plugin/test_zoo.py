@@ -50,7 +50,9 @@ def test_a_small_run_gives_each_kind_of_row(
         *("--nobreak-model", "fac.py:slow", "--nobreak-model-timeout", "1"),
         *("--asic-backend", "-k", "compiles_whole or on_dut", "--nobreak-json", "r.json"),
     )
-    result.assert_outcomes(passed=3, failed=5, skipped=2)
+    # hf:bert is named and cannot be built at this size: its two checks fail (not skip), and
+    # the table still has it as "not built".
+    result.assert_outcomes(passed=3, failed=7)
     assert main([str(pytester.path / "r.json"), str(pytester.path / "zoo.md")]) == 0
     lines = (pytester.path / "zoo.md").read_text().splitlines()
     pytest.LineMatcher(lines).fnmatch_lines(

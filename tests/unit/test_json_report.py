@@ -158,6 +158,10 @@ def test_the_round_trip_keeps_what_the_html_report_shows() -> None:
     assert back.breaks == (host,)
 
 
+MODELS_ERROR = '"models" must be an object of {"reason": str, "finished": bool[, "built": bool]}'
+MODELS_ERROR += " by test id"
+
+
 @pytest.mark.parametrize(
     ("section", "message"),
     [
@@ -172,12 +176,14 @@ def test_the_round_trip_keeps_what_the_html_report_shows() -> None:
         ),
         (
             {"models": "oops"},
-            '"models" must be an object of {"reason": str, "finished": bool} by test id',
+            MODELS_ERROR,
         ),
         (
             {"models": {"t": "a reason"}},
-            '"models" must be an object of {"reason": str, "finished": bool} by test id',
+            MODELS_ERROR,
         ),
+        ({"models": {"t": {"reason": "r", "finished": False, "built": "no"}}}, MODELS_ERROR),
+        ({"models": {"t": {"reason": "r", "finished": False, "other": 1}}}, MODELS_ERROR),
     ],
 )
 def test_a_hand_edited_section_is_a_report_error(
@@ -188,6 +194,13 @@ def test_a_hand_edited_section_is_a_report_error(
     with pytest.raises(ReportError) as raised:
         read_report(path)
     assert raised.value.problem == message
+
+
+def test_a_note_of_a_model_that_was_not_built_reads_back(tmp_path: Path) -> None:
+    note = {"reason": "hf:bert: too big", "finished": False, "built": False}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"version": 1, "tests": {}, "models": {"t": note}}))
+    assert read_report(path)["models"] == {"t": note}
 
 
 def test_the_roof_fields_are_the_ones_the_report_checks() -> None:
