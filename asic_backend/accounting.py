@@ -27,7 +27,7 @@ from torch import Tensor, fx
 
 from asic_backend import macs
 from asic_backend.device import HostFallback, get_device
-from asic_backend.fx_nodes import example_value, user_frame
+from asic_backend.fx_nodes import example_value, origin_frame, user_frame
 from asic_backend.host_syncs import sync_form
 from asic_backend.rewrite import (
     HOST_OP_KEY,
@@ -104,6 +104,7 @@ def _mark(rw: Rewrite, node: fx.Node, op: macs.MacOp, reason: str, name: str) ->
     if not isinstance(first, fx.Node) or not all(isinstance(o, fx.Node) for o in others):
         return
     file, line, source = user_frame(node)
+    origin = origin_frame(node)
     marker = rw.call_aten_before(
         node,
         torch.ops.asic.host_fallback.default,
@@ -118,15 +119,14 @@ def _mark(rw: Rewrite, node: fx.Node, op: macs.MacOp, reason: str, name: str) ->
             file,
             line,
             source,
+            *origin,
         ),
     )
     for key in ("stack_trace", "nn_module_stack", "custom"):
         if key in node.meta:
             marker.meta[key] = node.meta[key]
     node.replace_input_with(first, marker)
-    rw.summary.host.append(
-        HostFallback(op=name, reason=reason, file=file, line=line, source=source)
-    )
+    rw.summary.host.append(_site(name, reason, file, line, source, *origin))
 
 
 # -- asic::host_fallback: the run-time count ----------------------------------------------------
@@ -134,9 +134,16 @@ def _mark(rw: Rewrite, node: fx.Node, op: macs.MacOp, reason: str, name: str) ->
 
 @functools.lru_cache(maxsize=1024)
 def _site(
-    op: str, reason: str, file: str | None, line: int | None, source: str | None
+    op: str,
+    reason: str,
+    file: str | None,
+    line: int | None,
+    source: str | None,
+    origin_file: str | None = None,
+    origin_line: int | None = None,
+    origin_function: str | None = None,
 ) -> HostFallback:
-    return HostFallback(op=op, reason=reason, file=file, line=line, source=source)
+    return HostFallback(op, reason, file, line, source, origin_file, origin_line, origin_function)
 
 
 @torch.library.custom_op("asic::host_fallback", mutates_args=())
@@ -151,8 +158,12 @@ def host_fallback(
     file: str | None,
     line: int | None,
     source: str | None,
+    origin_file: str | None = None,
+    origin_line: int | None = None,
+    origin_function: str | None = None,
 ) -> Tensor:
-    """Count one host call of ``op`` (at ``file:line``, for ``reason``) and pass ``x`` on.
+    """Count one host call of ``op`` (at ``file:line``, traced at ``origin_*``, for
+    ``reason``) and pass ``x`` on.
 
     ``x`` and ``others`` are the op's operands (the tensors its MAC ``formula`` reads, with
     ``params`` for a convolution); the op itself then runs on the host, unchanged, on the
@@ -165,7 +176,9 @@ def host_fallback(
     formula_ = _formula(formula)
     count = macs.macs(formula_, shapes, params)
     get_device(device).record_host_fallback(
-        _site(op, reason, file, line, source), count, macs.shape_text(formula_, shapes)
+        _site(op, reason, file, line, source, origin_file, origin_line, origin_function),
+        count,
+        macs.shape_text(formula_, shapes),
     )
     return x.clone(memory_format=torch.preserve_format)
 
@@ -182,6 +195,9 @@ def _(
     file: str | None,
     line: int | None,
     source: str | None,
+    origin_file: str | None = None,
+    origin_line: int | None = None,
+    origin_function: str | None = None,
 ) -> Tensor:
     _formula(formula)
     return torch.empty_like(x, memory_format=torch.preserve_format)

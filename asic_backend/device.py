@@ -32,13 +32,18 @@ COST_MEMO = 65536
 
 @dataclasses.dataclass(frozen=True)
 class HostFallback:
-    """A matmul-class op the DUT did not run, and why (one line), with the user's site if known."""
+    """A matmul-class op the DUT did not run, and why (one line), with the user's site if known
+    and the frame the op was traced in (``origin_*``: a library's, or the user's own), which
+    says whose code it is."""
 
     op: str
     reason: str
     file: str | None = None
     line: int | None = None
     source: str | None = None
+    origin_file: str | None = None
+    origin_line: int | None = None
+    origin_function: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,6 +39,7 @@ __all__ = [
     "module_path",
     "ndim_of",
     "op_name",
+    "origin_frame",
     "real_tensor",
     "user_frame",
     "where",
@@ -133,7 +134,9 @@ def op_name(node: fx.Node) -> str:
     return getattr(target, "__name__", str(target)).strip("_")
 
 
-_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in [^\n]*\n(?P<src>[^\n]*)')
+_FRAME = re.compile(
+    r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>[^\n]*)\n(?P<src>[^\n]*)'
+)
 
 
 def user_frame(node: fx.Node) -> tuple[str | None, int | None, str | None]:
@@ -150,6 +153,33 @@ def user_frame(node: fx.Node) -> tuple[str | None, int | None, str | None]:
         if _is_user_file(frame["file"]):
             return frame["file"], int(frame["line"]), frame["src"].strip() or None
     return _compiling_caller()
+
+
+def origin_frame(node: fx.Node) -> tuple[str | None, int | None, str | None]:
+    """Where the call was traced: ``(file, line, function)`` of the innermost frame of the
+    node's stack trace that is not the standard library's, whoever's code it is (a library's
+    module, the user's function), or Nones if unknown. Whose problem a host fallback is (the
+    plugin's ``owner``) is read from it."""
+    frames = list(_FRAME.finditer(node.meta.get("stack_trace") or ""))
+    for frame in reversed(frames):
+        file = frame["file"]
+        if not _is_stdlib(file):
+            return file, int(frame["line"]), frame["function"].strip() or None
+    return None, None, None
+
+
+def _is_stdlib(path: str) -> bool:
+    if path.startswith("<"):  # "<frozen os>", generated code
+        return True
+    if any(m in path.split(os.sep) for m in _PACKAGE_DIRS):
+        return False  # an installed package, even where site-packages is below the stdlib
+    return path.startswith(_stdlib_prefixes())
+
+
+@functools.cache
+def _stdlib_prefixes() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    return tuple(os.path.join(d, "") for d in (paths["stdlib"], paths["platstdlib"]))
 
 
 def _compiling_caller() -> tuple[str | None, int | None, str | None]:

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from pytest_nobreak.events import SCOPES, Scope
 
 if TYPE_CHECKING:
     from asic_backend.config import AsicConfig
@@ -33,7 +37,7 @@ class Option:
     """
 
     flag: str
-    kind: str  # "bool" | "string" | "path" | "choice"
+    kind: str  # "bool" | "string" | "path" | "choice" | "lines"
     help: str
     #: The values a "choice" takes; anything else is a usage error, on the command line and in
     #: the ini file alike.
@@ -91,6 +95,19 @@ OPTIONS = (
         choices=UNMARKED_CHOICES,
     ),
     Option(
+        "--nobreak-scope",
+        "choice",
+        "which problems fail a test: 'all' (default) or 'own', those in your code only (a "
+        "library's are reported, not failed); a marker's scope= wins",
+        choices=SCOPES,
+    ),
+    Option(
+        "--nobreak-first-party",
+        "lines",
+        "a top-level package that is your code although installed (repeatable; in the ini "
+        "file, one a line)",
+    ),
+    Option(
         "--nobreak-json",
         "path",
         "write this run's compile report as JSON to this path (replacing the file)",
@@ -133,6 +150,15 @@ def add_options(parser: pytest.Parser) -> None:
             group.addoption(
                 opt.flag, default=None, dest=opt.dest, choices=opt.choices, help=opt.help
             )
+        elif opt.kind == "lines":
+            group.addoption(
+                opt.flag,
+                action="append",
+                default=None,
+                dest=opt.dest,
+                metavar="NAME",
+                help=opt.help,
+            )
         else:
             group.addoption(
                 opt.flag,
@@ -154,6 +180,8 @@ def add_options(parser: pytest.Parser) -> None:
             # default=None tells "unset" from an explicit false (strict defaults to $CI).
             if opt.kind == "bool":
                 parser.addini(key, help, type="bool", default=None)
+            elif opt.kind == "lines":
+                parser.addini(key, help, type="linelist", default=[])
             else:
                 parser.addini(key, help, type="string", default=None)
 
@@ -212,6 +240,10 @@ class NobreakConfig:
     strict: bool = False
     backend_explicit: bool = False
     roofline_path: Path | None = None
+    #: Which problems fail a test (``--nobreak-scope``); a marker's ``scope=`` wins.
+    scope: Scope = "all"
+    #: Installed top-level packages that are the user's code (``nobreak_first_party``).
+    first_party: tuple[str, ...] = ()
 
     def asic_config(self) -> AsicConfig:
         """The simulated device: ``--asic-device`` (preset or TOML), else ``$ASIC_BACKEND_CONFIG``.
@@ -289,6 +321,8 @@ class NobreakConfig:
             strict=_env_is_ci(os.environ) if strict is None else bool(strict),
             backend_explicit=backend is not None,
             roofline_path=path("--asic-roofline"),
+            scope=_choice(config, _OPTION["--nobreak-scope"], values),  # type: ignore[arg-type]
+            first_party=_first_party(values["--nobreak-first-party"] or ()),
         )
 
 
@@ -318,6 +352,37 @@ def _choice(config: pytest.Config, opt: Option, values: dict[str, Any]) -> str:
             f"ini key {opt.ini}: {value!r} is not one of {', '.join(opt.choices)}{suggestion}"
         )
     return str(value)
+
+
+def _first_party(names: Any) -> tuple[str, ...]:
+    """The ``nobreak_first_party`` packages, each checked: a name that is not an importable
+    top-level package would quietly leave that code a library's, and its breaks unfailed."""
+    out: list[str] = []
+    for raw in names:
+        name = str(raw).strip()
+        if not name or name.startswith("#"):
+            continue
+        if not name.isidentifier():
+            hint = f" (the top-level package is {name.split('.')[0]!r})" if "." in name else ""
+            raise pytest.UsageError(
+                f"nobreak_first_party: {name!r} is not a top-level package name{hint}"
+            )
+        if name in sys.stdlib_module_names:
+            raise pytest.UsageError(
+                f"nobreak_first_party: {name!r} is the standard library's, not a package of yours"
+            )
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None:
+            raise pytest.UsageError(
+                f"nobreak_first_party: no package {name!r} can be imported by {sys.executable}; "
+                "install it (pip install -e .) or fix the name"
+            )
+        if name not in out:
+            out.append(name)
+    return tuple(out)
 
 
 def _value(config: pytest.Config, opt: Option) -> Any:

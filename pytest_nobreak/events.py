@@ -28,9 +28,17 @@ BreakKind = Literal[
 ]
 BREAK_KINDS: tuple[str, ...] = get_args(BreakKind)
 
-CORE_FIGURES = ("graphs", "graph_breaks", "eager_frames", "recompiles", "host_syncs")
-#: The core figures every entry has. ``host_syncs`` came later: a baseline or report written
-#: before it lacks it, and there it is "not measured" (``None``), never zero.
+CORE_FIGURES = (
+    "graphs",
+    "graph_breaks",
+    "eager_frames",
+    "recompiles",
+    "host_syncs",
+    "foreign_breaks",
+)
+#: The core figures every entry has. ``host_syncs`` and ``foreign_breaks`` came later: a
+#: baseline or report written before them lacks them, and there they are "not measured"
+#: (``None``), never zero.
 REQUIRED_CORE_FIGURES = ("graphs", "graph_breaks", "eager_frames", "recompiles")
 ASIC_FIGURES = ("dut_ops", "host_fallbacks", "macs", "host_macs", "cycles", "syncs")
 #: The ASIC figures every ASIC entry has. ``host_macs`` and ``syncs`` came later: a baseline or
@@ -41,6 +49,15 @@ ALL_FIGURES = CORE_FIGURES + ASIC_FIGURES
 HOST_FALLBACK_PREFIX = "Host fallback: "
 #: The kinds whose events count the calls that ran them (``BreakEvent.calls``).
 COUNTED_KINDS = ("host_fallback", "host_sync")
+#: ``BreakEvent.owner`` of a problem in the user's own code (see :mod:`pytest_nobreak.sites`);
+#: any other owner is the name of the library it happened in (``transformers``, ``torch``).
+OWN = "own"
+#: The verdict's scope: fail on every problem, or only on those whose owner is :data:`OWN`.
+Scope = Literal["all", "own"]
+SCOPES: tuple[str, ...] = get_args(Scope)
+#: The kinds ``foreign_breaks`` counts: every break and fallback of Dynamo's. Host fallbacks and
+#: host syncs have figures of their own; a recompile gate is about inputs, not a place in code.
+FOREIGN_KINDS = tuple(k for k in BREAK_KINDS if k not in (*COUNTED_KINDS, "recompile"))
 _GB_ID = re.compile(r"GB\d+")
 #: The op families the DUT's share of MACs is shown by (``asic_backend.device.GEMM_FAMILIES``,
 #: restated because this module must not import the simulator, which imports torch).
@@ -104,7 +121,9 @@ class BreakEvent:
     relative to the rootdir, ``source`` is that line's text, ``reason`` the one-line explanation
     and ``hints`` Dynamo's hints, in order. ``call_sites`` are the user's lines that led there,
     innermost first; ``library`` names the library frame the break happened in, when it was not
-    the user's code (``file``/``line`` is then the nearest user frame).
+    the user's code (``file``/``line`` is then the nearest user frame). ``owner`` is whose code
+    it happened in: :data:`OWN` or a library's name (:func:`pytest_nobreak.sites.owner_of`);
+    ``None`` in a report written before owners were recorded.
 
     A break Dynamo hit while handling another one has a ``chain``, root cause first: the event
     is about the root (``gb_id``, ``gb_type``, ``reason`` and ``link`` are the root's) and the
@@ -135,6 +154,7 @@ class BreakEvent:
     chain: tuple[ChainLink, ...] = ()
     call_sites: tuple[CallSite, ...] = ()
     library: str | None = None
+    owner: str | None = OWN
     #: The source lines around ``line`` (``context_start`` is the first one's number), for the
     #: HTML report, which may be rendered where the sources are not (a merged CI report).
     context: tuple[str, ...] = ()
@@ -164,6 +184,12 @@ class BreakEvent:
         return self.gb_type
 
     @property
+    def own(self) -> bool:
+        """Whether the user's own code is where it happened (an unknown owner counts as theirs:
+        a narrower scope must never hide what it cannot attribute)."""
+        return self.owner in (OWN, None)
+
+    @property
     def location(self) -> str:
         if self.file is None:
             return "<unknown location>"
@@ -188,7 +214,8 @@ class BreakEvent:
         ``calls`` and its form ``detail``. A
         chained break adds ``chain`` (its ids, root first), a break reached through the user's
         calls ``call_sites`` (innermost first), one inside a library ``library``, and one the
-        fixes table knows ``fix`` (:mod:`pytest_nobreak.fixes`). The user's ``source`` line,
+        fixes table knows ``fix`` (:mod:`pytest_nobreak.fixes`). ``owner`` is there when
+        known: ``"own"`` or the library's name. The user's ``source`` line,
         Dynamo's ``hints`` and docs ``link``, and the ``context`` lines around the user's line
         (``{"start": n, "lines": [...]}``) are there when known, for the HTML report.
         """
@@ -214,6 +241,8 @@ class BreakEvent:
             out["chain"] = [link.label for link in self.chain]
         if self.library:
             out["library"] = self.library
+        if self.owner is not None:
+            out["owner"] = self.owner
         if self.fix:
             out["fix"] = self.fix
         if self.source is not None:
@@ -309,7 +338,9 @@ class Figures:
     the DUT did, ``host_macs`` those of its host fallbacks (``None`` alone in an entry written
     before that figure existed); ``syncs`` the host syncs the DUT stalled for (each adds
     ``AsicConfig.sync_cycles`` to ``cycles``). ``host_syncs`` are the device→host round trips
-    the test's compiled graphs executed (``None`` alone in an entry written before it existed).
+    the test's compiled graphs executed, ``foreign_breaks`` the breaks and fallbacks
+    (:data:`FOREIGN_KINDS`) whose owner is a library, not the user's code (each ``None`` alone
+    in an entry written before it existed).
     """
 
     graphs: int = 0
@@ -317,6 +348,7 @@ class Figures:
     eager_frames: int = 0
     recompiles: int = 0
     host_syncs: int | None = None
+    foreign_breaks: int | None = None
     dut_ops: int | None = None
     host_fallbacks: int | None = None
     macs: int | None = None
@@ -325,7 +357,8 @@ class Figures:
     syncs: int | None = None
 
     def core(self) -> dict[str, int]:
-        """The figures every watched test has (``host_syncs`` left out where not measured)."""
+        """The figures every watched test has (``host_syncs`` and ``foreign_breaks`` left out
+        where not measured)."""
         return {
             name: getattr(self, name) for name in CORE_FIGURES if getattr(self, name) is not None
         }

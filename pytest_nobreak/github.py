@@ -30,11 +30,18 @@ _SUMMARY_FIGURES = (
     "eager_frames",
     "recompiles",
     "host_syncs",
+    "foreign_breaks",
     "dut_ops",
     "macs",
     "host_macs",
     "cycles",
 )
+_SUMMARY_TITLES = {
+    "graph_breaks": "breaks",
+    "eager_frames": "eager",
+    "host_syncs": "syncs",
+    "foreign_breaks": "foreign",
+}
 
 
 def workflow_commands(
@@ -68,7 +75,8 @@ def step_summary_markdown(records: Sequence[TestRecord], comparison: Comparison 
     """A markdown section with one row per test, for ``$GITHUB_STEP_SUMMARY``.
 
     Figures that moved against the baseline show ``before → after``, in bold when they regressed;
-    ``syncs`` are the test's host syncs (``host_syncs``), ``–`` where not measured.
+    ``syncs`` are the test's host syncs (``host_syncs``), ``foreign`` its breaks in a library's
+    code (``foreign_breaks``, a column only when a test has some), ``–`` where not measured.
     Beyond :data:`MAX_ROWS` tests, only those with breaks, a non-passing outcome or a baseline
     change are listed.
     """
@@ -97,17 +105,22 @@ def step_summary_markdown(records: Sequence[TestRecord], comparison: Comparison 
                 f"> Baseline recorded with {comparison.version_mismatch}: regressions are "
                 "warnings, not failures."
             )
+    # ``foreign`` only when a test broke in a library's code: a column of zeros says nothing.
+    names = [
+        name
+        for name in _SUMMARY_FIGURES
+        if name != "foreign_breaks" or any(r.figures.foreign_breaks for r in rows)
+    ]
     out += [
         "",
-        "| test | graphs | breaks | eager | recompiles | syncs | dut_ops | macs | host_macs "
-        "| cycles | status |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| test | " + " | ".join(_SUMMARY_TITLES.get(n, n) for n in names) + " | status |",
+        "|---|" + "---:|" * len(names) + "---|",
     ]
     for record in shown:
         moved = {change.figure: change for change in changes.get(record.nodeid, ())}
         figures = record.figures.as_dict()
         cells = [f"`{_cell(record.nodeid)}`"]
-        for name in _SUMMARY_FIGURES:
+        for name in names:
             cells.append(_figure_cell(figures.get(name), moved.get(name)))
         cells.append(statuses[record.nodeid])
         out.append("| " + " | ".join(cells) + " |")
@@ -167,8 +180,10 @@ def _break_annotations(
     calls: dict[tuple[str, int, str, str, str, str], int] = {}  # a host sync's, over its tests
     for record in records:
         failed = record.outcome == "failed" if record.marked else fail_unmarked
-        level: Level = "error" if failed else "warning"
         for event in record.reported_breaks:
+            # Under scope="own" a library's problem is reported, never what failed the test.
+            fails = failed and (record.scope == "all" or event.own)
+            level: Level = "error" if fails else "warning"
             key = (
                 event.file or "",
                 event.line or 0,
@@ -193,7 +208,8 @@ def _break_annotations(
         why = event.reason or event.gb_type
         if site in calls:  # how often the host waited there, in all the tests named
             why += f" (x{calls[site]} calls)" if calls[site] != 1 else " (1 call)"
-        message = f"{why}\n{_tests_phrase(tests)}"
+        owner = "" if event.own else f"\nowner: {event.owner}"
+        message = f"{why}{owner}\n{_tests_phrase(tests)}"
         path = _relative(event.file, workspace, rootdir) if event.file else None
         lines.append(_command(level, message, file=path, line=event.line, title=title))
     return lines

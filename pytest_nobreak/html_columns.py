@@ -20,14 +20,15 @@ from pytest_nobreak.render import render_event
 
 __all__ = ["COLUMNS", "HtmlColumns"]
 
-#: The figures shown, as (``Figures`` field, column title); ASIC ones and ``host_syncs`` are empty
-#: when not measured.
+#: The figures shown, as (``Figures`` field, column title); ASIC ones, ``host_syncs`` and
+#: ``foreign_breaks`` are empty when not measured.
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("graphs", "Graphs"),
     ("graph_breaks", "Breaks"),
     ("eager_frames", "Eager frames"),
     ("recompiles", "Recompiles"),
     ("host_syncs", "Host syncs"),
+    ("foreign_breaks", "Foreign breaks"),
     ("dut_ops", "DUT ops"),
     ("host_fallbacks", "Host fallbacks"),
     ("cycles", "Cycles"),

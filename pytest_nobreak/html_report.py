@@ -34,6 +34,7 @@ from pytest_nobreak.atomic import write_atomic
 from pytest_nobreak.baseline import Change, Comparison
 from pytest_nobreak.events import (
     OP_FAMILIES,
+    OWN,
     BreakEvent,
     GemmRecord,
     op_family,
@@ -64,6 +65,12 @@ _COLUMNS = (
         "syncs",
         "host syncs: times a compiled graph made the host wait for a device value"
         " (.item(), a boolean mask, nonzero, unique, a copy to the host); '-': not measured",
+    ),
+    (
+        "foreign_breaks",
+        "foreign",
+        "breaks and eager fallbacks in a library's code, not yours (nobreak_first_party names"
+        " installed packages that are yours); '-': not measured",
     ),
     ("dut_ops", "dut ops", "GEMMs run on the DUT"),
     ("host_fallbacks", "host", "matmul-class calls that ran on the host"),
@@ -233,9 +240,19 @@ def _header(
     )
 
 
+def _owners(events: Iterable[BreakEvent]) -> list[str]:
+    """Whose code the events happened in, the user's (``own``) first."""
+    owners = {OWN if e.own else str(e.owner) for e in events}
+    return sorted(owners, key=lambda owner: (owner != OWN, owner))
+
+
 def _controls(rows: Sequence[_Row]) -> str:
     outcomes = sorted({r.record.outcome for r in rows})
     options = "".join(f"<option value={_attr(o)}>{_text(o)}</option>" for o in outcomes)
+    owners = "".join(
+        f"<option value={_attr(o)}>{_text('your code' if o == OWN else o)}</option>"
+        for o in _owners(e for r in rows for e in r.record.breaks)
+    )
     flags = "".join(
         f"<label><input type='checkbox' name='has' value={_attr(name)}> has {_text(label)}</label>"
         for name, label in _FLAGS
@@ -244,6 +261,8 @@ def _controls(rows: Sequence[_Row]) -> str:
         "<form id='filters' class='filters'>"
         "<label>test <input type='search' id='q' placeholder='part of a test id'></label>"
         f"<label>outcome <select id='outcome'><option value=''>any</option>{options}"
+        f"</select></label>"
+        f"<label>breaks in <select id='owner'><option value=''>anyone's code</option>{owners}"
         f"</select></label>{flags}"
         "<button type='button' id='expand'>open all</button>"
         f"<span id='shown'>{len(rows)} of {len(rows)} tests</span></form>"
@@ -274,7 +293,7 @@ def _table(rows: Sequence[_Row], *, asic: bool, baselined: bool, missing: set[st
     )
 
 
-_CORE = ("graphs", "graph_breaks", "eager_frames", "recompiles", "host_syncs")
+_CORE = ("graphs", "graph_breaks", "eager_frames", "recompiles", "host_syncs", "foreign_breaks")
 
 
 def _tbody(
@@ -290,6 +309,7 @@ def _tbody(
         "nodeid": record.nodeid,
         "outcome": record.outcome,
         "flags": " ".join(row.flags()),
+        "owners": " ".join(_owners(record.breaks)),
     }
     cells = []
     for key, _, _ in columns:
@@ -342,8 +362,16 @@ def _details(row: _Row) -> str:
     if record.gemms or row.host_events or record.figures.syncs:
         out.append(_dut_section(row))
     problems = [e for e in record.breaks if e.kind not in _NOT_BREAKS]
-    if problems:
-        out.append("<h3>Breaks</h3>" + "".join(_event(e) for e in problems))
+    # Under scope="own" a library's breaks did not fail the test: they are listed apart.
+    theirs = [e for e in problems if not e.own] if record.scope == "own" else []
+    mine = [e for e in problems if e not in theirs]
+    if mine:
+        out.append("<h3>Breaks</h3>" + "".join(_event(e) for e in mine))
+    if theirs:
+        out.append(
+            "<h3 class='theirs'>Not yours (reported, not failed)</h3>"
+            + "".join(_event(e) for e in theirs)
+        )
     if row.host_events:
         out.append("<h3>Host fallbacks</h3>" + _host_table(row.host_events))
         out.append("".join(_event(e) for e in row.host_events))
@@ -456,6 +484,8 @@ def _host_table(events: Sequence[BreakEvent]) -> str:
 def _event(event: BreakEvent) -> str:
     parts = [f"<div class='event {_attr_class(event.kind)}'>"]
     parts.append(f"<p class='what'>{_text(event_line(event))}</p>")
+    if not event.own:
+        parts.append(f"<p class='owner'>owner: {_text(str(event.owner))}</p>")
     if event.reason:
         parts.append(f"<p class='reason'>{_text(event.reason)}</p>")
     parts.append(_source(event))
@@ -794,6 +824,7 @@ _SCRIPT = r"""
   var groups = Array.prototype.slice.call(table.tBodies);
   var q = document.getElementById("q");
   var outcome = document.getElementById("outcome");
+  var owner = document.getElementById("owner");
   var boxes = Array.prototype.slice.call(document.querySelectorAll("input[name=has]"));
   var shown = document.getElementById("shown");
   var heads = Array.prototype.slice.call(table.tHead.rows[0].cells);
@@ -807,6 +838,7 @@ _SCRIPT = r"""
     var parts = [];
     if (q.value) parts.push("q=" + encodeURIComponent(q.value));
     if (outcome.value) parts.push("outcome=" + encodeURIComponent(outcome.value));
+    if (owner.value) parts.push("owner=" + encodeURIComponent(owner.value));
     var has = checked();
     if (has.length) parts.push("has=" + has.join(","));
     if (sort.key !== "nodeid" || sort.desc) {
@@ -827,6 +859,10 @@ _SCRIPT = r"""
     outcome.value = Array.prototype.some.call(outcome.options, function (o) {
       return o.value === wanted;
     }) ? wanted : "";
+    var who = params.get("owner") || "";
+    owner.value = Array.prototype.some.call(owner.options, function (o) {
+      return o.value === who;
+    }) ? who : "";
     var has = (params.get("has") || "").split(",");
     boxes.forEach(function (b) { b.checked = has.indexOf(b.value) >= 0; });
     var s = params.get("sort") || "nodeid";
@@ -842,8 +878,10 @@ _SCRIPT = r"""
     var count = 0;
     groups.forEach(function (g) {
       var flags = (g.dataset.flags || "").split(" ");
+      var owners = (g.dataset.owners || "").split(" ");
       var ok = (!text || g.dataset.nodeid.toLowerCase().indexOf(text) >= 0) &&
         (!outcome.value || g.dataset.outcome === outcome.value) &&
+        (!owner.value || owners.indexOf(owner.value) >= 0) &&
         has.every(function (h) { return flags.indexOf(h) >= 0; });
       g.hidden = !ok;
       if (ok) count += 1;
@@ -898,8 +936,10 @@ _SCRIPT = r"""
     Array.prototype.forEach.call(buttons, function (b) { toggle(b, open); });
     this.textContent = open ? "close all" : "open all";
   });
-  [q, outcome].concat(boxes).forEach(function (el) {
+  // A select tells its choice by "change" (a keyboard or a driver may not send "input").
+  [q, outcome, owner].concat(boxes).forEach(function (el) {
     el.addEventListener("input", function () { filter(); save(); });
+    el.addEventListener("change", function () { filter(); save(); });
   });
   document.getElementById("filters").addEventListener("submit", function (event) {
     event.preventDefault();

@@ -30,6 +30,7 @@ from pytest_nobreak.events import (
     CORE_FIGURES,
     REQUIRED_ASIC_FIGURES,
     REQUIRED_CORE_FIGURES,
+    SCOPES,
     BreakEvent,
     BreakKind,
     CallSite,
@@ -37,6 +38,7 @@ from pytest_nobreak.events import (
     Figures,
     GemmRecord,
     OtherSite,
+    Scope,
 )
 from pytest_nobreak.roofline import Roof, is_positive_number
 
@@ -93,6 +95,9 @@ class TestRecord:
     recompile_reasons: tuple[str, ...] = ()
     #: The DUT GEMMs the test ran, by device, family and shape.
     gemms: tuple[GemmRecord, ...] = ()
+    #: The verdict's scope (the marker's ``scope=``, else ``--nobreak-scope``): under
+    #: ``"own"``, a library's problems are reported, not failed.
+    scope: Scope = "all"
 
     @property
     def reported_breaks(self) -> tuple[BreakEvent, ...]:
@@ -121,6 +126,8 @@ class TestRecord:
             entry["recompile_reasons"] = list(self.recompile_reasons)
         if self.gemms:
             entry["gemms"] = [gemm.to_json() for gemm in self.gemms]
+        if self.scope != "all":
+            entry["scope"] = self.scope
         return entry
 
     @classmethod
@@ -150,6 +157,9 @@ class TestRecord:
         gemms = data.get("gemms") or []
         if not isinstance(gemms, list):
             raise ValueError(f"{where}: 'gemms' must be a list, not {gemms!r}")
+        scope = data.get("scope", "all")
+        if scope not in SCOPES:
+            raise ValueError(f"{where}: 'scope' must be one of {', '.join(SCOPES)}, not {scope!r}")
         return cls(
             nodeid=nodeid,
             outcome=outcome,
@@ -158,6 +168,7 @@ class TestRecord:
             breaks=tuple(_event_from_json(event, where) for event in breaks),
             recompile_reasons=tuple(reasons),
             gemms=tuple(GemmRecord.from_json(gemm, where) for gemm in gemms),
+            scope=scope,
         )
 
 
@@ -468,6 +479,8 @@ def _event_from_json(data: Any, where: str) -> BreakEvent:
         chain=tuple(ChainLink.from_label(str(x)) for x in _list(data, "chain", where)),
         call_sites=tuple(_call_site(d, where) for d in _list(data, "call_sites", where)),
         library=_optional(data, "library", str, where),
+        # Absent in a report written before owners: unknown, which counts as the user's.
+        owner=_optional(data, "owner", str, where),
         fix=_optional(data, "fix", str, where),
         source=_optional(data, "source", str, where),
         hints=_strings(data, "hints", where),

@@ -8,12 +8,16 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from pytest_nobreak.events import SCOPES, Scope
+
 MARKER = "no_graph_break"
 MARKER_DOC = (
-    f"{MARKER}(max_recompiles=None, allow=(), allow_host_fallback=False, max_host_syncs=None): "
-    "fail the test on any torch.compile graph break, eager fallback or (under --asic-backend) "
-    "host fallback or host sync. allow: regexes of known breaks to tolerate; max_recompiles: "
-    "gate recompiles; max_host_syncs: gate device-to-host syncs (default under --asic-backend: 0)."
+    f"{MARKER}(max_recompiles=None, allow=(), allow_host_fallback=False, max_host_syncs=None, "
+    "scope=None): fail the test on any torch.compile graph break, eager fallback or (under "
+    "--asic-backend) host fallback or host sync. allow: regexes of known breaks to tolerate; "
+    "max_recompiles: gate recompiles; max_host_syncs: gate device-to-host syncs (default under "
+    "--asic-backend: 0); scope: 'own' fails only on problems in your own code, 'all' on every "
+    "one (default: --nobreak-scope)."
 )
 
 
@@ -36,12 +40,15 @@ class NoGraphBreakOptions:
     ``max_host_syncs`` not given leaves host syncs to the backend's default (``"backend"``):
     none allowed on the simulated ASIC (``--asic-backend``), reported but not failed under any
     other; ``max_host_syncs=None`` reports them and fails on none, whatever the backend.
+    ``scope`` not given (``None``) is the session's ``--nobreak-scope``; ``"own"`` fails the
+    test only on problems in the user's own code, ``"all"`` on every one.
     """
 
     max_recompiles: int | None = None
     allow: tuple[str, ...] = ()
     allow_host_fallback: bool = False
     max_host_syncs: int | Literal["backend"] | None = BACKEND_DEFAULT
+    scope: Scope | None = None
 
     @classmethod
     def from_kwargs(
@@ -103,9 +110,22 @@ class NoGraphBreakOptions:
         allow_host_fallback = kwargs.get("allow_host_fallback", False)
         if not isinstance(allow_host_fallback, bool):
             raise fail(f"allow_host_fallback must be True or False, got {allow_host_fallback!r}")
+        scope = kwargs.get("scope")
+        if scope is not None and not isinstance(scope, str):
+            raise fail(
+                f"scope must be one of {', '.join(map(repr, SCOPES))} or None, got {scope!r}"
+            )
+        if scope is not None and scope not in SCOPES:
+            close = difflib.get_close_matches(scope, SCOPES, n=1)
+            suggestion = f" (did you mean {close[0]!r}?)" if close else ""
+            raise fail(
+                f"scope must be one of {', '.join(map(repr, SCOPES))} or None, "
+                f"got {scope!r}{suggestion}"
+            )
         return cls(
             max_recompiles=max_recompiles,
             allow=tuple(allow),
             allow_host_fallback=allow_host_fallback,
             max_host_syncs=max_host_syncs,
+            scope=scope,  # type: ignore[arg-type]
         )

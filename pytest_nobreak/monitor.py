@@ -20,19 +20,22 @@ import dataclasses
 import os
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from pytest_nobreak.asic_counts import AsicCounts, minus
 from pytest_nobreak.events import (
+    FOREIGN_KINDS,
     HOST_FALLBACK_PREFIX,
+    SCOPES,
     BreakEvent,
     BreakKind,
     ChainLink,
     Figures,
     GemmRecord,
     OtherSite,
+    Scope,
 )
 from pytest_nobreak.render import render_failure
 from pytest_nobreak.sites import Frame, Location, display_path, is_user_file, locate
@@ -128,6 +131,16 @@ class CompileReport:
         return sum(e.calls or 0 for e in self.events if e.kind == "host_sync")
 
     @property
+    def foreign_breaks(self) -> int:
+        """Breaks and fallbacks (:data:`~pytest_nobreak.events.FOREIGN_KINDS`) that happened in
+        a library's code, not the user's (see :func:`pytest_nobreak.sites.owner_of`)."""
+        return sum(
+            self.counts[e.dedupe_key()]
+            for e in self.events
+            if e.kind in FOREIGN_KINDS and not e.own
+        )
+
+    @property
     def breaks(self) -> tuple[BreakEvent, ...]:
         return tuple(self.events)
 
@@ -163,6 +176,7 @@ class CompileReport:
             eager_frames=self.eager_frames,
             recompiles=self.recompiles,
             host_syncs=self.host_syncs,
+            foreign_breaks=self.foreign_breaks,
         )
         asic = self.asic
         if asic is None or not (asic.dut_ops or asic.host_fallbacks or asic.syncs):
@@ -186,17 +200,21 @@ class CompileReport:
         max_recompiles: int | None = None,
         allow_host_fallback: bool = False,
         max_host_syncs: int | None = None,
+        scope: Scope = "all",
     ) -> list[BreakEvent]:
         """The breaks that fail a check with these options, in order.
 
         Host syncs are problems only with ``max_host_syncs``, and only when the syncs the
         block executed (those ``allow`` does not match) are more than that: then each of them
-        is listed.
+        is listed. ``scope="own"`` leaves out every problem whose owner is a library (the
+        recompile gate counts compiles, not a place in code, and stays).
         """
         patterns = [re.compile(p) if isinstance(p, str) else p for p in allow]
         out: list[BreakEvent] = []
         syncs: list[BreakEvent] = []
         for event in self.events:
+            if scope == "own" and not event.own:
+                continue
             if event.kind == "host_fallback" and allow_host_fallback:
                 continue
             if any(p.search(allow_text(event)) for p in patterns):
@@ -217,6 +235,7 @@ class CompileReport:
                     hints=("Mark the varying dimension dynamic or pass dynamic=True.",),
                     call_sites=site.call_sites,
                     library=site.library,
+                    owner=site.owner,
                 )
             )
         return out
@@ -228,35 +247,60 @@ class CompileReport:
         max_recompiles: int | None = None,
         allow_host_fallback: bool = False,
         max_host_syncs: int | None = None,
+        scope: Scope = "all",
         title: str = "torch.compile did not run as whole graphs",
     ) -> None:
         """Raise ``GraphBreakError`` listing every break not allowed by the options; its
         message says how to allow them with these same options.
 
         Host syncs fail it only with ``max_host_syncs=N``, when the block executed more than
-        ``N`` (``0``: any sync fails).
+        ``N`` (``0``: any sync fails). ``scope="own"``: only problems in the user's own code
+        fail it (``watch(first_party=...)`` names packages that count as theirs); the others
+        stay in ``report.breaks`` with their ``owner``.
         """
+        if scope not in SCOPES:
+            raise ValueError(f"scope must be one of {', '.join(map(repr, SCOPES))}, got {scope!r}")
         if max_host_syncs is not None and (
             isinstance(max_host_syncs, bool)
             or not isinstance(max_host_syncs, int)
             or max_host_syncs < 0
         ):
             raise TypeError(f"max_host_syncs must be a non-negative int, got {max_host_syncs!r}")
-        problems = self.problems(
-            allow=allow,
-            max_recompiles=max_recompiles,
-            allow_host_fallback=allow_host_fallback,
-            max_host_syncs=max_host_syncs,
-        )
+        options: dict[str, Any] = {
+            "allow": allow,
+            "max_recompiles": max_recompiles,
+            "allow_host_fallback": allow_host_fallback,
+            "max_host_syncs": max_host_syncs,
+        }
+        problems = self.problems(**options, scope=scope)
         if problems:
-            message = self.render(problems, title=title, spelling="check")
+            theirs = self.theirs(**options) if scope == "own" else {}
+            message = self.render(problems, title=title, spelling="check", theirs=theirs)
             raise GraphBreakError(message, problems)
 
+    def theirs(self, **options: Any) -> dict[str, int]:
+        """The problems ``scope="own"`` leaves out under these options of :meth:`problems`,
+        counted by owner (the library's name), the largest first."""
+        out: dict[str, int] = {}
+        failing = self.problems(**options, scope="own")
+        for event in self.problems(**options, scope="all"):
+            if event not in failing:
+                out[str(event.owner)] = out.get(str(event.owner), 0) + self.counts.get(
+                    event.dedupe_key(), 1
+                )
+        return dict(sorted(out.items(), key=lambda item: (-item[1], item[0])))
+
     def render(
-        self, problems: Sequence[BreakEvent], *, title: str, spelling: str = "marker"
+        self,
+        problems: Sequence[BreakEvent],
+        *,
+        title: str,
+        spelling: str = "marker",
+        theirs: Mapping[str, int] | None = None,
     ) -> str:
         """The failure message listing ``problems`` (see :func:`render.render_failure`);
-        ``spelling`` of the options it suggests: ``"marker"`` or ``"check"``."""
+        ``spelling`` of the options it suggests: ``"marker"`` or ``"check"``; ``theirs``: the
+        problems a ``scope="own"`` verdict left out, by owner (:meth:`theirs`)."""
         return render_failure(
             title=title,
             figures=self.figures(),
@@ -264,6 +308,7 @@ class CompileReport:
             counts=[self.counts.get(p.dedupe_key(), 1) for p in problems],
             run_macs=self.run_macs,
             spelling=spelling,
+            theirs=theirs or {},
         )
 
     # ----------------------------------------------------------------- collection
@@ -300,16 +345,23 @@ class Monitor:
     ``stop()``, nor spent there. An observer (an unmarked test) leaves both alone.
 
     ``root``: event paths are relative to it (pytest's rootdir; default: the working directory
-    when the monitor starts).
+    when the monitor starts). ``first_party``: top-level packages that are the user's code
+    although installed (see :mod:`pytest_nobreak.sites`).
     """
 
     def __init__(
-        self, *, reset: bool = True, reports: bool = True, root: str | None = None
+        self,
+        *,
+        reset: bool = True,
+        reports: bool = True,
+        root: str | None = None,
+        first_party: Sequence[str] = (),
     ) -> None:
         self.report = CompileReport()
         self._reset = reset
         self._reports = reports
         self._root = root
+        self._first_party = frozenset(first_party)
         self._lock = threading.Lock()
         self._cm: Any = None
         self._notices: Any = None
@@ -381,7 +433,7 @@ class Monitor:
             notices.__exit__(None, None, None)
 
     def _locate(self, stack: Sequence[Frame]) -> Location:
-        return locate(stack, self.root)
+        return locate(stack, self.root, self._first_party)
 
     def _add(self, event: BreakEvent) -> None:
         # Events arrive from Dynamo (possibly from another thread); keep appends ordered.
@@ -461,7 +513,7 @@ class Monitor:
         # The region is entered through torch's wrappers: the user's line is the one that
         # called it, not a frame of those wrappers.
         stack = list(raw.stack)
-        while stack and not is_user_file(stack[-1].file):
+        while stack and not is_user_file(stack[-1].file, self._first_party):
             stack.pop()
         self._add_silent(raw.cause, raw.function, self._locate(stack))
 
@@ -566,24 +618,26 @@ class Monitor:
         ordered = sorted(groups.values(), key=lambda group: -sum(s.macs for s in group))
         for first, *others in ordered:
             site = first.site
-            # The backend names the user's line (see asic_backend.fx_nodes.user_frame); the
-            # paths are made the user's here, as for every other event.
-            location = self._locate(_frame_of(site.file, site.line))
+            # The backend names the user's line and the frame the op was traced in (see
+            # asic_backend.fx_nodes.user_frame and origin_frame); the paths are made the
+            # user's here, as for every other event, and the owner is the origin's.
+            location = self._locate(_host_stack(site))
             self.report.add(
                 BreakEvent(
                     kind="host_fallback",
                     gb_type=HOST_FALLBACK_PREFIX + site.op,
-                    file=location.file,
-                    line=location.line,
-                    source=site.source or location.source,
-                    reason=site.reason,
                     calls=first.calls + sum(s.calls for s in others),
                     macs=first.macs + sum(s.macs for s in others),
                     detail=first.shape,
+                    reason=site.reason,
                     also_at=tuple(
                         OtherSite(self._display(s.site.file), s.site.line, s.calls) for s in others
                     ),
-                    library=location.library,
+                    **{
+                        **_where(location),
+                        "source": location.source
+                        or (site.source if location.line == site.line else None),
+                    },
                 )
             )
 
@@ -628,6 +682,15 @@ def _frame_of(file: str | None, line: int | None) -> list[Frame]:
     return [] if file is None else [Frame(file, line)]
 
 
+def _host_stack(site: Any) -> list[Frame]:
+    """A host fallback's user line, then the frame its op was traced in when that is another."""
+    stack = _frame_of(site.file, site.line)
+    origin = getattr(site, "origin_file", None)
+    if origin is not None and (origin, site.origin_line) != (site.file, site.line):
+        stack.append(Frame(origin, site.origin_line, getattr(site, "origin_function", None)))
+    return stack
+
+
 def _where(location: Location) -> dict[str, Any]:
     """The location fields of a ``BreakEvent``."""
     return {
@@ -636,6 +699,7 @@ def _where(location: Location) -> dict[str, Any]:
         "source": location.source,
         "call_sites": location.call_sites,
         "library": location.library,
+        "owner": location.owner,
     }
 
 
@@ -669,14 +733,16 @@ def _gb_id(tc: Any, part: tc.ParsedMessage) -> str | None:
 
 
 @contextmanager
-def watch(*, reset: bool = True) -> Iterator[CompileReport]:
+def watch(*, reset: bool = True, first_party: Sequence[str] = ()) -> Iterator[CompileReport]:
     """Watch every torch.compile region that runs in the block.
 
     ``reset=True`` (the default) starts from a clean Dynamo state, so cached code from earlier
     compiles cannot hide a break; ``reset=False`` changes no state, and the figures count what
-    the block compiled itself. Call ``report.check()`` afterwards to raise on any break.
+    the block compiled itself. Call ``report.check()`` afterwards to raise on any break
+    (``report.check(scope="own")``: only on those in the user's own code, where
+    ``first_party`` names installed packages that are theirs too).
     """
-    monitor = Monitor(reset=reset, reports=True)
+    monitor = Monitor(reset=reset, reports=True, first_party=first_party)
     report = monitor.start()
     try:
         yield report

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pytest_nobreak.events import BreakEvent, CallSite, Figures, OtherSite
 
@@ -36,6 +36,7 @@ _OPTIONS_SPELLING = {
     "marker": "@pytest.mark.no_graph_break({})",
     "check": "report.check({})",
 }
+_FIRST_PARTY_SPELLING = {"marker": "nobreak_first_party", "check": "watch(first_party=[...])"}
 
 
 def short_path(path: str | None, root: str | None = None) -> str | None:
@@ -106,7 +107,8 @@ def event_line(event: BreakEvent) -> str:
         what += f" ({host_fallback_summary(event)})"
     elif event.kind == "host_sync":
         what += f" ({calls_text(event.calls or 1)})"
-    return f"{KIND_LABELS.get(event.kind, event.kind)}{gb} at {where}: {what}"
+    inside = "" if event.own else f" (inside {event.owner})"
+    return f"{KIND_LABELS.get(event.kind, event.kind)}{gb} at {where}{inside}: {what}"
 
 
 def _where(file: str | None, line: int | None) -> str:
@@ -164,6 +166,8 @@ def render_event(
     lines = [head, at]
     if event.library:
         lines.append(f"{pad}inside {event.library}")
+    if not event.own:
+        lines.append(f"{pad}owner: {event.owner}")
     lines.extend(pad + line for line in _call_site_lines([(event, count), *others]))
     if host and event.detail:
         lines.append(f"{pad}shapes: {event.detail}")
@@ -244,15 +248,23 @@ def render_failure(
     counts: Sequence[int],
     run_macs: int | None = None,
     spelling: str = "marker",
+    theirs: Mapping[str, int] | None = None,
 ) -> str:
     """The whole message: a summary line, each break, and how to allow a known one.
+
+    ``theirs``: the problems a ``scope="own"`` verdict did not fail on, counted by owner; a
+    last line says so, for the figures in the summary line count them.
 
     One break reached through several call sites is one entry listing them. ``run_macs``:
     every MAC the test ran (DUT and host), for the share of each host fallback. ``spelling``:
     how to pass the options that tolerate a break, ``"marker"`` or ``"check"`` (``watch()``).
     """
     n = sum(counts)
-    summary = ", ".join(f"{k}={v}" for k, v in figures.as_dict().items())
+    # foreign_breaks only where there are some: it is the part of graph_breaks (and
+    # eager_frames) that happened in a library, and a zero says nothing the line does not.
+    summary = ", ".join(
+        f"{k}={v}" for k, v in figures.as_dict().items() if v or k != "foreign_breaks"
+    )
     lines = [f"{title}: {n} problem{'s' if n != 1 else ''} ({summary})"]
     groups: dict[tuple[object, ...], list[tuple[BreakEvent, int]]] = {}
     for event, count in zip(problems, counts, strict=True):
@@ -280,6 +292,10 @@ def render_failure(
         )
     lines.append("")
     lines.append(allow_hint(problems, spelling=spelling))
+    if theirs:
+        owners = ", ".join(f"{n} in {owner}" for owner, n in theirs.items())
+        where = "the compile report lists them" if spelling == "marker" else "see report.breaks"
+        lines.append(f'Reported, not failed (scope="own"): {owners}; {where}.')
     return "\n".join(lines)
 
 
@@ -309,6 +325,18 @@ def allow_hint(problems: Sequence[BreakEvent], *, spelling: str = "marker") -> s
         )
     if "host_fallback" in kinds:
         lines.append(f"To accept host fallbacks: {options.format('allow_host_fallback=True')}.")
+    # A recompile gate counts compiles, whatever code they were in: a scope does not change it.
+    owners = list(
+        dict.fromkeys(str(p.owner) for p in problems if not p.own and p.kind != "recompile")
+    )
+    if owners:
+        scope = options.format('scope="own"')
+        yours = _FIRST_PARTY_SPELLING[spelling]
+        lines.append(
+            f"To fail only on problems in your own code: {scope} (those in "
+            f"{', '.join(owners)} are then reported, not failed; {yours} names installed "
+            "packages that are yours)."
+        )
     return "\n".join(lines)
 
 

@@ -29,7 +29,7 @@ from pytest_nobreak.baseline import (
     write_baseline,
 )
 from pytest_nobreak.config import NobreakConfig
-from pytest_nobreak.events import REQUIRED_ASIC_FIGURES, REQUIRED_CORE_FIGURES, Figures
+from pytest_nobreak.events import OWN, REQUIRED_ASIC_FIGURES, REQUIRED_CORE_FIGURES, Figures
 from pytest_nobreak.json_report import TestRecord
 from pytest_nobreak.model_items import model_notes
 from pytest_nobreak.render import event_line, percent, short_path
@@ -168,7 +168,11 @@ class SessionReporter:
         return [
             r.nodeid
             for r in self.records.values()
-            if not r.marked and any(e.kind != "host_sync" or syncs_fail for e in r.reported_breaks)
+            if not r.marked
+            and any(
+                (e.kind != "host_sync" or syncs_fail) and (r.scope == "all" or e.own)
+                for e in r.reported_breaks
+            )
         ]
 
     def _gate_unmarked(self) -> int:
@@ -361,11 +365,13 @@ class SessionReporter:
             for r in self.records.values()
             if verbose or r.nodeid in failing or (_unshown_breaks(r) and not self._known(r))
         ]
-        if not (rows or self.lines or self.errors):
+        if not (rows or self.lines or self.errors or owner_lines(self.records.values())):
             return
         terminalreporter.write_sep("-", "nobreak compile report")
         table = figures_table(rows, width=_table_width(terminalreporter), failing=failing)
         for text, style in table:
+            terminalreporter.write_line(text, **({style: True} if style else {}))
+        for text, style in owner_lines(self.records.values()):
             terminalreporter.write_line(text, **({style: True} if style else {}))
         for text, style in self.lines:
             terminalreporter.write_line(text, **({style: True} if style else {}))
@@ -379,6 +385,23 @@ class SessionReporter:
         """The error lines, for a run without pytest's terminal reporter."""
         for text in self.errors:
             stream.write(text + "\n")
+
+
+def owner_lines(records: Iterable[TestRecord]) -> list[tuple[str, str | None]]:
+    """``nobreak: 12 problems: 3 in your code, 7 in transformers, 2 in torch``: the problems
+    the reports name, by owner (the user's first, then by count); nothing when every one is the
+    user's, which the table already says."""
+    owners: dict[str, int] = {}
+    for record in records:
+        for event in record.reported_breaks:
+            key = OWN if event.own else str(event.owner)
+            owners[key] = owners.get(key, 0) + 1
+    if set(owners) <= {OWN}:
+        return []
+    ordered = sorted(owners.items(), key=lambda item: (item[0] != OWN, -item[1], item[0]))
+    parts = [f"{n} in {'your code' if owner == OWN else owner}" for owner, n in ordered]
+    total = sum(owners.values())
+    return [(f"nobreak: {_plural(total, 'problem')}: {', '.join(parts)}", None)]
 
 
 def _plural(count: int, noun: str) -> str:
@@ -421,6 +444,7 @@ _COLUMNS = (
     ("eager_frames", "eager"),
     ("recompiles", "recomp"),
     ("host_syncs", "syncs"),
+    ("foreign_breaks", "foreign"),
     ("dut_ops", "dut_ops"),
     ("host_fallbacks", "host"),
     ("dut%", "dut%"),
@@ -460,18 +484,26 @@ def figures_table(
     ``width``: fit every line in it. A node id too long for what the figures leave is
     shortened from the left (its end names the test), never the figures; a break line is cut
     at the right. ``failing``: node ids whose breaks fail the run (shown red). The ``syncs``
-    column is there when a test ran a host sync: a column of zeros would only take the width
-    the node ids need (a test that did not measure them, from an older report, shows ``-``).
+    column is there when a test ran a host sync, ``foreign`` when a library's code broke (a
+    column of zeros would only take the width the node ids need; a test that did not measure
+    them, from an older report, shows ``-``). A test judged with ``scope="own"`` lists the
+    breaks in other code under "not yours (reported, not failed)".
     """
     if not records:
         return []
     failing = set(failing)
     asic = any(r.figures.dut_ops is not None for r in records)
-    syncs = any(r.figures.host_syncs for r in records)
+    # A column of zeros would only take the width the node ids need.
+    shown = {
+        name
+        for name in ("host_syncs", "foreign_breaks")
+        if any(getattr(r.figures, name) for r in records)
+    }
     columns = [
         c
         for c in _COLUMNS
-        if (asic or c[0] not in _ASIC_COLUMNS) and (syncs or c[0] != "host_syncs")
+        if (asic or c[0] not in _ASIC_COLUMNS)
+        and (c[0] not in ("host_syncs", "foreign_breaks") or c[0] in shown)
     ]
     rows = [[_cell(r.figures, name) for name, _ in columns] for r in records]
     # As wide as the widest value (cycles of a big model run to 8 digits), so columns line up.
@@ -494,8 +526,14 @@ def figures_table(
             style = "red"
         nodeid = _shorten_left(record.nodeid, id_width).ljust(id_width)
         out.append(("  ".join([nodeid, *cells, record.outcome]), style))
-        for event in record.reported_breaks:
-            out.append((_cut_right("    " + event_line(event), width), None))
+        breaks = record.reported_breaks
+        theirs = [e for e in breaks if not e.own] if record.scope == "own" else []
+        for event in breaks:
+            if event not in theirs:
+                out.append((_cut_right("    " + event_line(event), width), None))
+        if theirs:
+            out.append(("    not yours (reported, not failed):", None))
+            out.extend((_cut_right("      " + event_line(e), width), None) for e in theirs)
     return out
 
 

@@ -199,6 +199,7 @@ class NobreakSession:
                 reset=opted_in,
                 reports=OPTIONS_KEY in item.stash,
                 root=str(self.config.rootpath),
+                first_party=self.settings.first_party,
             )
             item.stash[MONITOR_KEY] = monitor
             try:
@@ -245,6 +246,7 @@ class NobreakSession:
     def _judge(self, item: pytest.Item, report: CompileReport, *, test_failed: bool) -> None:
         options = item.stash.get(OPTIONS_KEY, None)
         marked = options is not None
+        scope = (options.scope if options else None) or self.settings.scope
         record = TestRecord(
             nodeid=item.nodeid,
             outcome="pending",
@@ -253,6 +255,7 @@ class NobreakSession:
             breaks=tuple(self._shown(event) for event in report.breaks),
             recompile_reasons=tuple(report.recompile_reasons),
             gemms=report.gemms(),
+            scope=scope,
         )
         item.stash[RECORD_KEY] = record
         if record.gemms:
@@ -260,15 +263,17 @@ class NobreakSession:
         item.user_properties.extend(junit_properties(record))
         if options is None:
             return  # reported after the run, never inside the test (see the module docstring)
-        problems = report.problems(
-            allow=options.allow,
-            max_recompiles=options.max_recompiles,
-            allow_host_fallback=options.allow_host_fallback,
-            max_host_syncs=self._max_host_syncs(options, record),
-        )
+        gates: dict[str, Any] = {
+            "allow": options.allow,
+            "max_recompiles": options.max_recompiles,
+            "allow_host_fallback": options.allow_host_fallback,
+            "max_host_syncs": self._max_host_syncs(options, record),
+        }
+        problems = report.problems(**gates, scope=scope)
         if not problems:
             return
-        message = report.render(problems, title=FAIL_TITLE)
+        theirs = report.theirs(**gates) if scope == "own" else {}
+        message = report.render(problems, title=FAIL_TITLE, theirs=theirs)
         if test_failed:
             # The test's own error wins; the breaks go in a section next to it.
             item.add_report_section("call", "nobreak", message)

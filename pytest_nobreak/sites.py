@@ -5,7 +5,14 @@ an installed package. A user acts on their own code, so a location is the innerm
 *their* code; the library frame, if the break was in one, is named next to it; and the user's
 lines that called it follow, innermost first. The user's code is every file that is not in the
 standard library, an installed package (``site-packages``), torch, this plugin or the bundled
-backend. Paths are relative to the rootdir (a library file to its install directory).
+backend, plus the *first-party* packages the user names (``nobreak_first_party``: their own
+project installed into site-packages, a monorepo's sibling packages). Paths are relative to the
+rootdir (a library file to its install directory).
+
+Every problem also has an *owner* (:func:`owner_of`): whose code it happened in, read from the
+frame where it happened, not from the user's calling line. The standard library and generated
+code are nobody's: they belong to whoever called them (``os.environ[...] = ...`` in the user's
+function is the user's break; ``copy.deepcopy`` called by transformers is transformers').
 
 Pure Python, no torch import.
 """
@@ -19,9 +26,9 @@ import linecache
 import os
 import sys
 import sysconfig
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
-from pytest_nobreak.events import CallSite
+from pytest_nobreak.events import OWN, CallSite
 
 #: Call sites kept per break; the outermost one (the test's own line) is always among them.
 MAX_CALL_SITES = 8
@@ -50,19 +57,23 @@ class Location:
     source: str | None = None
     call_sites: tuple[CallSite, ...] = ()
     library: str | None = None
+    #: Whose code it happened in: :data:`~pytest_nobreak.events.OWN` or a library's name.
+    owner: str = OWN
 
 
-def locate(stack: Sequence[Frame], root: str) -> Location:
-    """The location of the innermost frame of ``stack`` (outermost frame first)."""
+def locate(stack: Sequence[Frame], root: str, first_party: Collection[str] = ()) -> Location:
+    """The location of the innermost frame of ``stack`` (outermost frame first); the packages
+    named in ``first_party`` are the user's code too."""
     stack = _below_runner(stack)
     if not stack:
         return Location()
     innermost = stack[-1]
-    user = [frame for frame in stack if is_user_file(frame.file)]
-    library = None if is_user_file(innermost.file) else describe_library(innermost)
+    owner = owner_of(stack, first_party)
+    user = [frame for frame in stack if is_user_file(frame.file, first_party)]
+    library = None if is_user_file(innermost.file, first_party) else describe_library(innermost)
     if not user:  # the path says where in the library; the name says which
         shown = display_path(innermost.file, root)
-        return Location(shown, innermost.line, library=library_name(innermost.file))
+        return Location(shown, innermost.line, library=library_name(innermost.file), owner=owner)
     here, *callers = reversed(user)
     return Location(
         display_path(here.file, root),
@@ -70,7 +81,25 @@ def locate(stack: Sequence[Frame], root: str) -> Location:
         source_line(here.file, here.line),
         _trim([_call_site(frame, root) for frame in callers]),
         library,
+        owner,
     )
+
+
+def owner_of(stack: Sequence[Frame], first_party: Collection[str] = ()) -> str:
+    """Whose code the innermost frame of ``stack`` is: :data:`~pytest_nobreak.events.OWN` for
+    the user's (``first_party`` packages included), else the library's name.
+
+    The standard library and generated code (``<string>``) are passed through to their caller.
+    A stack of nothing else, or none at all, is the user's: a narrower scope must never hide a
+    problem it cannot attribute.
+    """
+    for frame in reversed(stack):
+        if is_user_file(frame.file, first_party):
+            return OWN
+        if _is_stdlib(frame.file):
+            continue
+        return library_name(frame.file) or OWN
+    return OWN
 
 
 def _below_runner(stack: Sequence[Frame]) -> list[Frame]:
@@ -123,9 +152,22 @@ def source_context(
 # --------------------------------------------------------------------------- classification
 
 
-def is_user_file(path: str) -> bool:
-    """Whether ``path`` is the user's code (not a library, not generated code)."""
-    return not path.startswith("<") and _library_root(path) is None
+def is_user_file(path: str, first_party: Collection[str] = ()) -> bool:
+    """Whether ``path`` is the user's code (not a library, not generated code); a file of a
+    package named in ``first_party`` is."""
+    if path.startswith("<"):
+        return False
+    return _library_root(path) is None or (bool(first_party) and library_name(path) in first_party)
+
+
+def _is_stdlib(path: str) -> bool:
+    """The standard library's (``<frozen os>`` included) or generated code (``<string>``)."""
+    if path.startswith("<"):
+        return True
+    parts = path.split(os.sep)
+    if "site-packages" in parts or "dist-packages" in parts:
+        return False
+    return any(_is_below(path, directory) for directory in _stdlib_dirs())
 
 
 def library_name(path: str) -> str | None:
@@ -176,11 +218,17 @@ def _library_root(path: str) -> str | None:
 
 
 @functools.cache
+def _stdlib_dirs() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    dirs = (paths["stdlib"], paths["platstdlib"])
+    return tuple(dict.fromkeys([*dirs, *(os.path.realpath(d) for d in dirs)]))
+
+
+@functools.cache
 def _library_dirs() -> tuple[tuple[str, str], ...]:
     """``(directory, install root)`` of the standard library and of this distribution's
     packages (an editable install or a source checkout keeps them outside site-packages)."""
-    paths = sysconfig.get_paths()
-    out = [(d, d) for d in (paths["stdlib"], paths["platstdlib"])]
+    out = [(d, d) for d in _stdlib_dirs()]
     for name in _OWN_PACKAGES:
         spec = importlib.util.find_spec(name)
         for location in (spec.submodule_search_locations or []) if spec else []:

@@ -93,10 +93,11 @@ def _projects() -> list[Project]:
 def test_the_readme_has_runnable_examples() -> None:
     assert [name for name, _, _ in _pairs()] == ["host-fusion", "host-fallbacks", "weight-buffers"]
     projects = {p.name: p for p in _projects()}
-    assert sorted(projects) == ["decode", "quickstart", "syncs"]
+    assert sorted(projects) == ["decode", "quickstart", "scope", "syncs"]
     assert sorted(projects["syncs"].files) == ["model.py", "test_model.py"]
     assert sorted(projects["quickstart"].files) == ["model.py", "test_model.py"]
     assert sorted(projects["decode"].files) == ["test_decode.py"]
+    assert sorted(projects["scope"].files) == ["test_translator.py", "translator.py"]
     for project in projects.values():
         assert project.commands, project.name
         assert all(command[0] == "pytest" for command in project.commands), project.name

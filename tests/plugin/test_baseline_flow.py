@@ -84,6 +84,7 @@ BASE = {
         "eager_frames": 0,
         "recompiles": 0,
         "host_syncs": 0,
+        "foreign_breaks": 0,
     },
     "test_clean": {
         "graphs": 1,
@@ -91,6 +92,7 @@ BASE = {
         "eager_frames": 0,
         "recompiles": 0,
         "host_syncs": 0,
+        "foreign_breaks": 0,
     },
     "test_partial": {
         "graphs": 2,
@@ -98,6 +100,7 @@ BASE = {
         "eager_frames": 0,
         "recompiles": 0,
         "host_syncs": 0,
+        "foreign_breaks": 0,
     },
     "test_recompiles": {
         "graphs": 1,
@@ -105,6 +108,7 @@ BASE = {
         "eager_frames": 0,
         "recompiles": 0,
         "host_syncs": 0,
+        "foreign_breaks": 0,
     },
     "test_unmarked": {
         "graphs": 1,
@@ -112,6 +116,7 @@ BASE = {
         "eager_frames": 0,
         "recompiles": 0,
         "host_syncs": 0,
+        "foreign_breaks": 0,
     },
 }
 UPDATE = "--nobreak-update-baseline"

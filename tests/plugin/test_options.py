@@ -95,7 +95,7 @@ def test_max_recompiles_gates_recompiles(models: Models) -> None:
             "no_graph_break(max_recompile=2)",
             "unknown option 'max_recompile' (did you mean 'max_recompiles'?); "
             "known options: max_recompiles, allow, allow_host_fallback, "
-            "max_host_syncs",
+            "max_host_syncs, scope",
         ),
         ("no_graph_break(max_recompiles='2')", "max_recompiles must be a non-negative int*"),
         ("no_graph_break(max_recompiles=-1)", "max_recompiles must be a non-negative int*"),
@@ -158,7 +158,7 @@ def test_every_invalid_marker_of_the_run_is_reported_together(models: Models) ->
     assert [line for line in result.stderr.lines if line.strip()] == [
         f"ERROR: test_bad.py::test_typo: {marker}: unknown option 'max_recompile' (did you mean "
         "'max_recompiles'?); known options: max_recompiles, allow, allow_host_fallback, "
-        "max_host_syncs",
+        "max_host_syncs, scope",
         f"ERROR: test_bad.py::TestScoped::test_one: {marker}: {regex}",
         f"ERROR: test_bad.py::TestScoped::test_two: {marker}: {regex}",
     ]
@@ -341,6 +341,8 @@ INI_CASES = [
     ("nobreak_backend", "eager", "fixture_backend", "eager"),
     ("nobreak_all", "true", "watch_all", True),
     ("nobreak_unmarked", "fail", "fail_unmarked", True),
+    ("nobreak_scope", "own", "scope", "own"),
+    ("nobreak_first_party", "pluggy", "first_party", ("pluggy",)),
     ("nobreak_json", "out/r.json", "json_path", "<root>/out/r.json"),
     ("nobreak_html", "out/r.html", "html_path", "<root>/out/r.html"),
     ("nobreak_baseline", "b.json", "baseline_path", "<root>/b.json"),
@@ -447,8 +449,9 @@ def test_an_ini_device_file_is_relative_to_the_rootdir(
             [
                 "ERROR: ini key asic_bakend is not a pytest-nobreak setting (did you mean "
                 "asic_backend?); known keys: asic_backend, asic_device, asic_roofline, "
-                "nobreak_backend, nobreak_all, nobreak_unmarked, nobreak_json, nobreak_html, "
-                "nobreak_baseline, nobreak_strict",
+                "nobreak_backend, nobreak_all, nobreak_unmarked, nobreak_scope, "
+                "nobreak_first_party, nobreak_json, nobreak_html, nobreak_baseline, "
+                "nobreak_strict",
                 "ERROR: ini key nobreak_jsn is not a pytest-nobreak setting (did you mean "
                 "nobreak_json?); known keys: *",
             ],
@@ -521,6 +524,7 @@ def test_json_report_has_every_watched_test(models: Models) -> None:
         "eager_frames": 0,
         "recompiles": 0,
         "host_syncs": 0,
+        "foreign_breaks": 0,
         "breaks": [
             {
                 "kind": "graph_break",
@@ -532,6 +536,7 @@ def test_json_report_has_every_watched_test(models: Models) -> None:
                 "call_sites": [{"file": "test_json.py", "line": 6}],  # the test's own line
                 # The fix rewrites the user's line (pytest_nobreak.fixes).
                 "fix": BRANCH_FIX,
+                "owner": "own",
             }
         ],
     }

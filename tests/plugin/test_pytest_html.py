@@ -81,6 +81,7 @@ def test_columns_extras_and_the_breaks_under_the_row(
         "eager_frames": "0",
         "recompiles": "0",
         "host_syncs": "0",
+        "foreign_breaks": "0",
         "dut_ops": "",
         "host_fallbacks": "",
         "cycles": "",

@@ -56,6 +56,7 @@ CORE_KEYS = {
     "eager_frames",
     "recompiles",
     "host_syncs",
+    "foreign_breaks",
     "breaks",
 }
 
@@ -100,6 +101,7 @@ def branch_event(models: Models, called_from: tuple[str, int] | None = None) -> 
         "line": models.line("branch"),
         "reason": "Detected data-dependent branching (e.g. `if my_tensor.sum() > 0:`). "
         "Dynamo does not support tracing dynamic control flow.",
+        "owner": "own",
     }
     if called_from is not None:
         event["call_sites"] = [{"file": called_from[0], "line": called_from[1]}]
@@ -253,7 +255,7 @@ def test_json_report_and_junit_properties(models: Models) -> None:
     ]
     for entry in tests.values():
         assert set(entry) == CORE_KEYS  # no "asic" key: no test reached the simulator
-    figures = {"eager_frames": 0, "recompiles": 0, "host_syncs": 0}
+    figures = {"eager_frames": 0, "recompiles": 0, "host_syncs": 0, "foreign_breaks": 0}
     branch = tests["test_suite.py::test_branch"]["breaks"][0]
     # What the HTML report shows of the user's line: its text, and the lines around it.
     assert branch["source"] == "if x.sum() > 0:  # LINE:branch"
@@ -301,6 +303,7 @@ def test_json_report_and_junit_properties(models: Models) -> None:
         "nobreak_eager_frames": "0",
         "nobreak_recompiles": "0",
         "nobreak_host_syncs": "0",
+        "nobreak_foreign_breaks": "0",
         "nobreak_break": branch,
     }
     # The unmarked test is not failed for its break: JUnit names it all the same.
@@ -362,6 +365,7 @@ def test_asic_figures_in_the_json_and_the_baseline(models: Models) -> None:
         "eager_frames": 0,
         "recompiles": 0,
         "host_syncs": 0,
+        "foreign_breaks": 0,
         **entry["asic"],
     }
 

@@ -417,7 +417,7 @@ def test_bad_markers_are_a_usage_error_under_xdist_too(pytester: pytest.Pytester
     errors = [
         "ERROR: test_bad.py::test_typo: @pytest.mark.no_graph_break: unknown option "
         "'max_recompile' (did you mean 'max_recompiles'?); known options: max_recompiles, "
-        "allow, allow_host_fallback, max_host_syncs",
+        "allow, allow_host_fallback, max_host_syncs, scope",
         "ERROR: test_bad.py::test_wrong_type: @pytest.mark.no_graph_break: allow_host_fallback "
         "must be True or False, got 'yes'",
     ]

@@ -232,6 +232,7 @@ EXPECTED_DIRECTIONS = {
     "eager_frames": "lower",
     "recompiles": "lower",
     "host_syncs": "lower",
+    "foreign_breaks": "lower",
     "dut_ops": "higher",
     "host_fallbacks": "lower",
     "macs": "higher",

@@ -127,6 +127,7 @@ def test_the_json_entry_carries_host_syncs_the_asic_syncs_and_the_sync_event() -
         "reason": ITEM.reason,
         "calls": 3,
         "detail": "data-dependent scalar",
+        "owner": "own",
     }
     assert "macs" not in event  # a host sync does no multiply-accumulate work
 

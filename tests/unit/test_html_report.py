@@ -366,7 +366,8 @@ def test_syncs_not_measured_are_a_dash_and_no_count() -> None:
     start = text.index("<tr class='test'>")
     row = text[start : text.index("</tr>", start)]
     cells = [c.split("<", 1)[0] for c in row.split("<td class='num'>")[1:]]
-    assert cells == ["1", "0", "0", "0", "-"]  # graphs, breaks, eager, recompiles, syncs
+    # graphs, breaks, eager, recompiles, syncs, foreign
+    assert cells == ["1", "0", "0", "0", "-", "-"]
     assert "with host syncs" not in " ".join(page.text)
 
 

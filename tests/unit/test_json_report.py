@@ -73,6 +73,7 @@ def test_a_record_renders_as_the_documented_schema() -> None:
                 "file": "/repo/models.py",
                 "line": 12,
                 "reason": "aten._local_scalar_dense: data-dependent",
+                "owner": "own",
                 # The fixes table's, for this id and reason (pytest_nobreak.fixes).
                 "fix": fix_for("GB0219", None, "aten._local_scalar_dense: data-dependent"),
             },
@@ -85,6 +86,7 @@ def test_a_record_renders_as_the_documented_schema() -> None:
                 "reason": "torch.float64 operands",
                 "calls": 2,
                 "macs": 640,
+                "owner": "own",
             },
         ],
         "asic": {"dut_ops": 0, "host_fallbacks": 2, "macs": 0, "host_macs": 640, "cycles": 0},

@@ -5,8 +5,15 @@ from __future__ import annotations
 import os
 import sysconfig
 
-from pytest_nobreak.events import CallSite
-from pytest_nobreak.sites import MAX_CALL_SITES, Frame, display_path, is_user_file, locate
+from pytest_nobreak.events import OWN, CallSite
+from pytest_nobreak.sites import (
+    MAX_CALL_SITES,
+    Frame,
+    display_path,
+    is_user_file,
+    locate,
+    owner_of,
+)
 
 ROOT = os.path.join(os.sep, "project")
 SITE = sysconfig.get_paths()["purelib"]
@@ -52,3 +59,57 @@ def test_paths_are_relative_to_the_root_or_to_the_librarys_install_directory() -
     assert not is_user_file(TORCH.file)
     assert not is_user_file("<frozen os>")
     assert is_user_file(os.path.join(ROOT, "m.py"))
+
+
+# --------------------------------------------------------------------------- owners
+
+TRANSFORMERS = Frame(os.path.join(SITE, "transformers", "models", "bert", "modeling.py"), 300)
+STDLIB_COPY = Frame(os.path.join(STDLIB, "copy.py"), 143, "deepcopy")
+MYPKG = Frame(os.path.join(SITE, "mypkg", "layers.py"), 12, "forward")
+
+
+def test_the_owner_is_the_innermost_frames_library_not_the_users_calling_line() -> None:
+    stack = [RUNNER, user("tests/test_m.py", 9), user("m.py", 20), TORCH, TRANSFORMERS]
+    assert owner_of(stack) == "transformers"
+    location = locate(stack, ROOT)
+    assert (location.file, location.line, location.owner) == ("m.py", 20, "transformers")
+
+
+def test_a_break_in_the_users_own_line_is_theirs_whatever_called_it() -> None:
+    # A callback of the user's, called by a library: the break is in the user's code.
+    stack = [RUNNER, user("tests/test_m.py", 9), TRANSFORMERS, TORCH, user("m.py", 20)]
+    assert owner_of(stack) == OWN
+    assert locate(stack, ROOT).owner == OWN
+
+
+def test_the_standard_library_and_generated_code_belong_to_their_caller() -> None:
+    generated = Frame("<string>", 2, "__init__")
+    frozen = Frame("<frozen os>", 685, "__setitem__")
+    assert owner_of([user("m.py", 20), STDLIB_COPY]) == OWN
+    assert owner_of([user("m.py", 20), frozen]) == OWN
+    assert owner_of([user("m.py", 20), TRANSFORMERS, STDLIB_COPY, generated]) == "transformers"
+    assert owner_of([user("m.py", 20), TORCH, STDLIB_COPY]) == "torch"
+
+
+def test_what_cannot_be_attributed_is_the_users() -> None:
+    # A narrower scope must never hide a problem it cannot place.
+    assert owner_of([]) == OWN
+    assert owner_of([STDLIB_COPY, Frame("<string>", 1)]) == OWN
+    assert locate([], ROOT).owner == OWN
+
+
+def test_first_party_packages_are_the_users_code_though_installed() -> None:
+    stack = [RUNNER, user("tests/test_m.py", 9), MYPKG]
+    assert owner_of(stack) == "mypkg"
+    assert owner_of(stack, first_party={"mypkg"}) == OWN
+    assert not is_user_file(MYPKG.file)
+    assert is_user_file(MYPKG.file, first_party={"mypkg"})
+    assert not is_user_file(TRANSFORMERS.file, first_party={"mypkg"})
+    location = locate(stack, ROOT, first_party={"mypkg"})
+    # Their own line, named as the file of the installed package, with no library beside it.
+    assert (location.file, location.line, location.library) == (
+        os.path.join("mypkg", "layers.py"),
+        12,
+        None,
+    )
+    assert location.call_sites == (CallSite(os.path.join("tests", "test_m.py"), 9),)
