@@ -190,6 +190,12 @@ class BreakEvent:
         return self.owner in (OWN, None)
 
     @property
+    def owned_by(self) -> str:
+        """The owner as reports group by it: :data:`OWN` for the user's (an unknown owner
+        included), else the library's name."""
+        return OWN if self.own else str(self.owner)
+
+    @property
     def location(self) -> str:
         if self.file is None:
             return "<unknown location>"

@@ -242,7 +242,7 @@ def _header(
 
 def _owners(events: Iterable[BreakEvent]) -> list[str]:
     """Whose code the events happened in, the user's (``own``) first."""
-    owners = {OWN if e.own else str(e.owner) for e in events}
+    owners = {e.owned_by for e in events}
     return sorted(owners, key=lambda owner: (owner != OWN, owner))
 
 
@@ -363,8 +363,7 @@ def _details(row: _Row) -> str:
         out.append(_dut_section(row))
     problems = [e for e in record.breaks if e.kind not in _NOT_BREAKS]
     # Under scope="own" a library's breaks did not fail the test: they are listed apart.
-    theirs = [e for e in problems if not e.own] if record.scope == "own" else []
-    mine = [e for e in problems if e not in theirs]
+    mine, theirs = record.split_by_scope(problems)
     if mine:
         out.append("<h3>Breaks</h3>" + "".join(_event(e) for e in mine))
     if theirs:
@@ -485,7 +484,7 @@ def _event(event: BreakEvent) -> str:
     parts = [f"<div class='event {_attr_class(event.kind)}'>"]
     parts.append(f"<p class='what'>{_text(event_line(event))}</p>")
     if not event.own:
-        parts.append(f"<p class='owner'>owner: {_text(str(event.owner))}</p>")
+        parts.append(f"<p class='owner'>owner: {_text(event.owned_by)}</p>")
     if event.reason:
         parts.append(f"<p class='reason'>{_text(event.reason)}</p>")
     parts.append(_source(event))

@@ -19,7 +19,7 @@ import dataclasses
 import json
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
@@ -109,6 +109,15 @@ class TestRecord:
         if self.marked:
             return self.breaks
         return tuple(event for event in self.breaks if event.kind != "compile_error")
+
+    def split_by_scope(
+        self, events: Sequence[BreakEvent]
+    ) -> tuple[list[BreakEvent], list[BreakEvent]]:
+        """``events`` as the verdict saw them: those it judged, and those a ``scope="own"``
+        verdict only reported (a library's), each in order."""
+        if self.scope != "own":
+            return list(events), []
+        return [e for e in events if e.own], [e for e in events if not e.own]
 
     def to_json(self) -> dict[str, Any]:
         """The test's entry under ``tests`` in the report (the nodeid is the key, not a field).

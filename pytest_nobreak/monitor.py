@@ -285,9 +285,8 @@ class CompileReport:
         failing = self.problems(**options, scope="own")
         for event in self.problems(**options, scope="all"):
             if event not in failing:
-                out[str(event.owner)] = out.get(str(event.owner), 0) + self.counts.get(
-                    event.dedupe_key(), 1
-                )
+                owner = event.owned_by
+                out[owner] = out.get(owner, 0) + self.counts.get(event.dedupe_key(), 1)
         return dict(sorted(out.items(), key=lambda item: (-item[1], item[0])))
 
     def render(

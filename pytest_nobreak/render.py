@@ -327,7 +327,7 @@ def allow_hint(problems: Sequence[BreakEvent], *, spelling: str = "marker") -> s
         lines.append(f"To accept host fallbacks: {options.format('allow_host_fallback=True')}.")
     # A recompile gate counts compiles, whatever code they were in: a scope does not change it.
     owners = list(
-        dict.fromkeys(str(p.owner) for p in problems if not p.own and p.kind != "recompile")
+        dict.fromkeys(p.owned_by for p in problems if not p.own and p.kind != "recompile")
     )
     if owners:
         scope = options.format('scope="own"')

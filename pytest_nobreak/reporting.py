@@ -394,8 +394,7 @@ def owner_lines(records: Iterable[TestRecord]) -> list[tuple[str, str | None]]:
     owners: dict[str, int] = {}
     for record in records:
         for event in record.reported_breaks:
-            key = OWN if event.own else str(event.owner)
-            owners[key] = owners.get(key, 0) + 1
+            owners[event.owned_by] = owners.get(event.owned_by, 0) + 1
     if set(owners) <= {OWN}:
         return []
     ordered = sorted(owners.items(), key=lambda item: (item[0] != OWN, -item[1], item[0]))
@@ -526,11 +525,9 @@ def figures_table(
             style = "red"
         nodeid = _shorten_left(record.nodeid, id_width).ljust(id_width)
         out.append(("  ".join([nodeid, *cells, record.outcome]), style))
-        breaks = record.reported_breaks
-        theirs = [e for e in breaks if not e.own] if record.scope == "own" else []
-        for event in breaks:
-            if event not in theirs:
-                out.append((_cut_right("    " + event_line(event), width), None))
+        judged, theirs = record.split_by_scope(record.reported_breaks)
+        for event in judged:
+            out.append((_cut_right("    " + event_line(event), width), None))
         if theirs:
             out.append(("    not yours (reported, not failed):", None))
             out.extend((_cut_right("      " + event_line(e), width), None) for e in theirs)
