@@ -6,13 +6,25 @@ Outside pytest:
 >>> with pytest_nobreak.watch() as report:
 ...     compiled(x)
 >>> report.check()   # raises GraphBreakError listing every break
+>>> pytest_nobreak.export_check(model, (x,)).check()   # the torch.export path
 
 Importing this package does not import torch.
 """
 
 from pytest_nobreak.events import BreakEvent, Figures
+from pytest_nobreak.exporting import ExportError, ExportReport, export_check
 from pytest_nobreak.monitor import CompileReport, GraphBreakError, watch
 
 __version__ = "0.1.0"
 
-__all__ = ["BreakEvent", "CompileReport", "Figures", "GraphBreakError", "__version__", "watch"]
+__all__ = [
+    "BreakEvent",
+    "CompileReport",
+    "ExportError",
+    "ExportReport",
+    "Figures",
+    "GraphBreakError",
+    "__version__",
+    "export_check",
+    "watch",
+]

@@ -880,6 +880,20 @@ def tapped(sink: Sink) -> Iterator[None]:
         _sinks.remove(sink)
 
 
+@contextmanager
+def untapped() -> Iterator[None]:
+    """Deliver nothing to the sinks while the block runs: its Dynamo work is reported another
+    way (strict ``torch.export`` traces with Dynamo, and its errors are export problems, not
+    compile errors of the test). Process-wide, like the taps: a compile in another thread
+    during the block is not seen either."""
+    saved = list(_sinks)
+    _sinks.clear()
+    try:
+        yield
+    finally:
+        _sinks[:] = [*saved, *(sink for sink in _sinks if sink not in saved)]
+
+
 def silent_eager_now() -> str | None:
     """Why compiled regions would run eagerly right now, or None."""
     return _silent_eager_cause()

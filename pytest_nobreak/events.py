@@ -25,6 +25,11 @@ BreakKind = Literal[
     "host_fallback",  # under the ASIC backend, a matmul-class op ran on the host, not the DUT
     "compile_error",  # Dynamo raised to the caller (fullgraph, fake-tensor error): nothing ran
     "host_sync",  # a compiled graph made the host wait for a device value (.item(), a mask)
+    "export_error",  # torch.export raised in a mode (strict or non-strict)
+    "export_unsound",  # draft_export had to guess (data-dependent value, fake kernel, guard)
+    "specialized_dim",  # a dimension declared dynamic came out static or narrowed
+    "export_mismatch",  # strict and non-strict programs (or a program and eager) disagree
+    "export_sync",  # an exported program makes the host wait for a device value (.item())
 ]
 BREAK_KINDS: tuple[str, ...] = get_args(BreakKind)
 
@@ -35,6 +40,8 @@ CORE_FIGURES = (
     "recompiles",
     "host_syncs",
     "foreign_breaks",
+    "export_problems",
+    "specialized_dims",
 )
 #: The core figures every entry has. ``host_syncs`` and ``foreign_breaks`` came later: a
 #: baseline or report written before them lacks them, and there they are "not measured"
@@ -55,9 +62,20 @@ OWN = "own"
 #: The verdict's scope: fail on every problem, or only on those whose owner is :data:`OWN`.
 Scope = Literal["all", "own"]
 SCOPES: tuple[str, ...] = get_args(Scope)
+#: The problems of an exported program (:mod:`pytest_nobreak.exporting`), which
+#: ``export_problems`` counts (``specialized_dims`` counts the ``specialized_dim`` ones again).
+EXPORT_KINDS = (
+    "export_error",
+    "export_unsound",
+    "specialized_dim",
+    "export_mismatch",
+    "export_sync",
+)
 #: The kinds ``foreign_breaks`` counts: every break and fallback of Dynamo's. Host fallbacks and
 #: host syncs have figures of their own; a recompile gate is about inputs, not a place in code.
-FOREIGN_KINDS = tuple(k for k in BREAK_KINDS if k not in (*COUNTED_KINDS, "recompile"))
+FOREIGN_KINDS = tuple(
+    k for k in BREAK_KINDS if k not in (*COUNTED_KINDS, *EXPORT_KINDS, "recompile")
+)
 _GB_ID = re.compile(r"GB\d+")
 #: The op families the DUT's share of MACs is shown by (``asic_backend.device.GEMM_FAMILIES``,
 #: restated because this module must not import the simulator, which imports torch).
@@ -218,7 +236,8 @@ class BreakEvent:
         A host fallback adds ``calls`` and ``macs`` (host MACs), summed over all its sites, the
         first call's operand shapes ``detail`` and its other sites ``also_at``; a host sync
         ``calls`` and its form ``detail``. A
-        chained break adds ``chain`` (its ids, root first), a break reached through the user's
+        chained break adds ``chain`` (its ids, root first), an export problem ``detail`` (its
+        modes), a break reached through the user's
         calls ``call_sites`` (innermost first), one inside a library ``library``, and one the
         fixes table knows ``fix`` (:mod:`pytest_nobreak.fixes`). ``owner`` is there when
         known: ``"own"`` or the library's name. The user's ``source`` line,
@@ -243,6 +262,8 @@ class BreakEvent:
                 out["also_at"] = [
                     {"file": s.file, "line": s.line, "calls": s.calls} for s in self.also_at
                 ]
+        if self.kind in EXPORT_KINDS and self.detail:
+            out["detail"] = self.detail  # the export modes it happened in
         if self.chain:
             out["chain"] = [link.label for link in self.chain]
         if self.library:
@@ -346,7 +367,9 @@ class Figures:
     ``AsicConfig.sync_cycles`` to ``cycles``). ``host_syncs`` are the device→host round trips
     the test's compiled graphs executed, ``foreign_breaks`` the breaks and fallbacks
     (:data:`FOREIGN_KINDS`) whose owner is a library, not the user's code (each ``None`` alone
-    in an entry written before it existed).
+    in an entry written before it existed). ``export_problems`` are the problems of the test's
+    exported programs (:data:`EXPORT_KINDS`), ``specialized_dims`` the dynamic dimensions among
+    them that came out static or narrowed; both ``None`` in a test that exported nothing.
     """
 
     graphs: int = 0
@@ -355,6 +378,8 @@ class Figures:
     recompiles: int = 0
     host_syncs: int | None = None
     foreign_breaks: int | None = None
+    export_problems: int | None = None
+    specialized_dims: int | None = None
     dut_ops: int | None = None
     host_fallbacks: int | None = None
     macs: int | None = None
@@ -363,8 +388,8 @@ class Figures:
     syncs: int | None = None
 
     def core(self) -> dict[str, int]:
-        """The figures every watched test has (``host_syncs`` and ``foreign_breaks`` left out
-        where not measured)."""
+        """The figures every watched test has (``host_syncs``, ``foreign_breaks`` and the
+        export figures left out where not measured)."""
         return {
             name: getattr(self, name) for name in CORE_FIGURES if getattr(self, name) is not None
         }

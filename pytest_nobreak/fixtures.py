@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_nobreak.config import ASIC_BACKEND, NobreakConfig
+from pytest_nobreak.exporting import ExportReport, export_check
 from pytest_nobreak.monitor import CompileReport
 
 if TYPE_CHECKING:
@@ -57,6 +58,48 @@ def nobreak_compile(request: pytest.FixtureRequest) -> Callable[..., Any]:
         return torch.compile(model_or_fn, **kwargs)
 
     return compile
+
+
+@pytest.fixture
+def nobreak_export(request: pytest.FixtureRequest) -> Callable[..., ExportReport]:
+    """``nobreak_export(model, args, kwargs=None, *, dynamic_shapes=None, strict=None)``:
+    export ``model`` with ``torch.export`` (non-strict and strict; ``strict=True``/``False``
+    one mode) and record every problem of the exported programs in this test's report (see
+    :func:`pytest_nobreak.export_check`). A marked test fails on them; ``allow=[...]``
+    matches them as it does breaks. Returns the :class:`~pytest_nobreak.exporting.
+    ExportReport` (``.program`` is the exported program).
+
+    >>> @pytest.mark.no_graph_break
+    ... def test_exports(nobreak_export):
+    ...     nobreak_export(MLP(), (torch.randn(4, 8),), dynamic_shapes=({0: Dim("batch")},))
+    """
+    settings = _settings(request)
+
+    def export(
+        model: Any,
+        args: tuple[Any, ...],
+        kwargs: Any = None,
+        *,
+        dynamic_shapes: Any = None,
+        strict: bool | None = None,
+    ) -> ExportReport:
+        from pytest_nobreak.session import MONITOR_KEY
+
+        result = export_check(
+            model,
+            args,
+            kwargs,
+            dynamic_shapes=dynamic_shapes,
+            strict=strict,
+            root=str(request.config.rootpath),
+            first_party=settings.first_party,
+        )
+        monitor = request.node.stash.get(MONITOR_KEY, None)
+        if monitor is not None:
+            monitor.report.add_export(result)
+        return result
+
+    return export
 
 
 @pytest.fixture

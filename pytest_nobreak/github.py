@@ -31,6 +31,8 @@ _SUMMARY_FIGURES = (
     "recompiles",
     "host_syncs",
     "foreign_breaks",
+    "export_problems",
+    "specialized_dims",
     "dut_ops",
     "macs",
     "host_macs",
@@ -41,6 +43,8 @@ _SUMMARY_TITLES = {
     "eager_frames": "eager",
     "host_syncs": "syncs",
     "foreign_breaks": "foreign",
+    "export_problems": "export",
+    "specialized_dims": "static",
 }
 
 
@@ -105,11 +109,16 @@ def step_summary_markdown(records: Sequence[TestRecord], comparison: Comparison 
                 f"> Baseline recorded with {comparison.version_mismatch}: regressions are "
                 "warnings, not failures."
             )
-    # ``foreign`` only when a test broke in a library's code: a column of zeros says nothing.
+    # ``foreign`` only when a test broke in a library's code: a column of zeros says nothing;
+    # the export figures only when a test exported.
     names = [
         name
         for name in _SUMMARY_FIGURES
-        if name != "foreign_breaks" or any(r.figures.foreign_breaks for r in rows)
+        if (name != "foreign_breaks" or any(r.figures.foreign_breaks for r in rows))
+        and (
+            name not in ("export_problems", "specialized_dims")
+            or any(getattr(r.figures, name) is not None for r in rows)
+        )
     ]
     out += [
         "",

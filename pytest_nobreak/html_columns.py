@@ -29,6 +29,8 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("recompiles", "Recompiles"),
     ("host_syncs", "Host syncs"),
     ("foreign_breaks", "Foreign breaks"),
+    ("export_problems", "Export problems"),
+    ("specialized_dims", "Specialized dims"),
     ("dut_ops", "DUT ops"),
     ("host_fallbacks", "Host fallbacks"),
     ("cycles", "Cycles"),

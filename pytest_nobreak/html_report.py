@@ -33,6 +33,8 @@ from urllib.parse import urlsplit
 from pytest_nobreak.atomic import write_atomic
 from pytest_nobreak.baseline import Change, Comparison
 from pytest_nobreak.events import (
+    CORE_FIGURES,
+    EXPORT_KINDS,
     OP_FAMILIES,
     OWN,
     BreakEvent,
@@ -72,6 +74,18 @@ _COLUMNS = (
         "breaks and eager fallbacks in a library's code, not yours (nobreak_first_party names"
         " installed packages that are yours); '-': not measured",
     ),
+    (
+        "export_problems",
+        "export",
+        "problems of the test's exported programs (torch.export): failed modes, draft_export's"
+        " findings, specialized dimensions, disagreeing programs; '-': the test exported nothing",
+    ),
+    (
+        "specialized_dims",
+        "static",
+        "dimensions declared dynamic that an exported program made static or narrowed;"
+        " '-': the test exported nothing",
+    ),
     ("dut_ops", "dut ops", "GEMMs run on the DUT"),
     ("host_fallbacks", "host", "matmul-class calls that ran on the host"),
     ("dut_share", "dut%", "share of the test's MACs that ran on the DUT"),
@@ -84,6 +98,7 @@ _FLAGS = (
     ("host", "host fallbacks"),
     ("syncs", "host syncs"),
     ("recompiles", "recompiles"),
+    ("export", "export problems"),
     ("regressed", "regressions"),
 )
 
@@ -181,6 +196,8 @@ class _Row:
             out.append("syncs")
         if self.record.figures.recompiles:
             out.append("recompiles")
+        if figures.export_problems or any(e.kind in EXPORT_KINDS for e in self.record.breaks):
+            out.append("export")
         if self.regressed:
             out.append("regressed")
         return out
@@ -193,7 +210,8 @@ class _Row:
 
 
 #: The kinds of event that are no break of the graph: it ran whole, on the host or waiting.
-_NOT_BREAKS = ("host_fallback", "host_sync")
+_NOT_BREAKS = ("host_fallback", "host_sync", *EXPORT_KINDS)
+_EXPORT_FIGURES = ("export_problems", "specialized_dims")
 
 
 # --------------------------------------------------------------------------- sections
@@ -270,7 +288,12 @@ def _controls(rows: Sequence[_Row]) -> str:
 
 
 def _table(rows: Sequence[_Row], *, asic: bool, baselined: bool, missing: set[str]) -> str:
-    columns = [c for c in _COLUMNS if asic or c[0] in _CORE]
+    exported = any(r.record.figures.export_problems is not None for r in rows)
+    columns = [
+        c
+        for c in _COLUMNS
+        if (asic or c[0] in CORE_FIGURES) and (exported or c[0] not in _EXPORT_FIGURES)
+    ]
     head = ["<th data-key='nodeid' data-type='text' aria-sort='ascending'>test</th>"]
     head += [
         f"<th data-key={_attr(key)} data-type='num' title={_attr(tip)}>{_text(label)}</th>"
@@ -291,9 +314,6 @@ def _table(rows: Sequence[_Row], *, asic: bool, baselined: bool, missing: set[st
         + "\n</table>"
         + ("" if rows else "<p class='empty'>No watched test ran.</p>")
     )
-
-
-_CORE = ("graphs", "graph_breaks", "eager_frames", "recompiles", "host_syncs", "foreign_breaks")
 
 
 def _tbody(
@@ -371,6 +391,9 @@ def _details(row: _Row) -> str:
             "<h3 class='theirs'>Not yours (reported, not failed)</h3>"
             + "".join(_event(e) for e in theirs)
         )
+    exported = [e for e in record.breaks if e.kind in EXPORT_KINDS]
+    if exported:
+        out.append("<h3>Export</h3>" + "".join(_event(e) for e in exported))
     if row.host_events:
         out.append("<h3>Host fallbacks</h3>" + _host_table(row.host_events))
         out.append("".join(_event(e) for e in row.host_events))
@@ -509,6 +532,8 @@ def _event(event: BreakEvent) -> str:
         if event.detail:
             summary += f"; {event.detail}"
         parts.append(f"<p class='cost'>{_text(summary)}</p>")
+    elif event.kind in EXPORT_KINDS and event.detail:
+        parts.append(f"<p class='mode'>mode: {_text(event.detail)}</p>")
     if event.library:
         parts.append(f"<p class='library'>inside {_text(event.library)}</p>")
     if event.hints:

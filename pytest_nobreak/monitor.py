@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_nobreak.asic_counts import AsicCounts, minus
 from pytest_nobreak.events import (
+    EXPORT_KINDS,
     FOREIGN_KINDS,
     HOST_FALLBACK_PREFIX,
     SCOPES,
@@ -81,6 +82,9 @@ class CompileReport:
     recompile_reasons: list[str] = dataclasses.field(default_factory=list)
     recompile_site: Location | None = None
     run_macs: int | None = None
+    #: How many export checks (``nobreak_export``, ``export_check``) the block ran; their
+    #: problems are among ``events``.
+    exports: int = 0
     #: What Dynamo counted for the frames it was asked to compile in the block.
     _counted: tc.CounterView | None = None
     #: What ran on the simulated DUT in the block (``None`` until the simulator is imported) ...
@@ -141,8 +145,29 @@ class CompileReport:
         )
 
     @property
+    def export_problems(self) -> int | None:
+        """Problems of the block's exported programs (:data:`~pytest_nobreak.events.
+        EXPORT_KINDS`); ``None`` when it exported nothing."""
+        return self._count_kinds(EXPORT_KINDS) if self.exports else None
+
+    @property
+    def specialized_dims(self) -> int | None:
+        """Dimensions declared dynamic that an exported program made static or narrowed."""
+        return self._count_kinds(("specialized_dim",)) if self.exports else None
+
+    def _count_kinds(self, kinds: Sequence[str]) -> int:
+        return sum(self.counts[e.dedupe_key()] for e in self.events if e.kind in kinds)
+
+    @property
     def breaks(self) -> tuple[BreakEvent, ...]:
         return tuple(self.events)
+
+    def add_export(self, export: CompileReport) -> None:
+        """Take in the problems of one export check (an ``ExportReport``)."""
+        for event in export.events:
+            for _ in range(export.counts[event.dedupe_key()]):
+                self.add(event)
+        self.exports += 1
 
     @property
     def asic(self) -> CounterSnapshot | None:
@@ -177,6 +202,8 @@ class CompileReport:
             recompiles=self.recompiles,
             host_syncs=self.host_syncs,
             foreign_breaks=self.foreign_breaks,
+            export_problems=self.export_problems,
+            specialized_dims=self.specialized_dims,
         )
         asic = self.asic
         if asic is None or not (asic.dut_ops or asic.host_fallbacks or asic.syncs):
@@ -500,7 +527,7 @@ class Monitor:
                 kind="compile_error",
                 gb_type=exc_name,
                 reason=" ".join(lines[:2]),
-                **_where(location),
+                **where_fields(location),
             )
         else:
             event = _chained_event("compile_error", chain, location)
@@ -556,7 +583,7 @@ class Monitor:
                     "Remove the stance/disable switch from the code under test, or scope it "
                     "outside the region this test checks.",
                 ),
-                **_where(location),
+                **where_fields(location),
             )
         )
 
@@ -602,7 +629,7 @@ class Monitor:
                     reason=reason,
                     hints=parsed.hints,
                     link=link,
-                    **_where(location),
+                    **where_fields(location),
                 )
             )
 
@@ -633,7 +660,7 @@ class Monitor:
                         OtherSite(self._display(s.site.file), s.site.line, s.calls) for s in others
                     ),
                     **{
-                        **_where(location),
+                        **where_fields(location),
                         "source": location.source
                         or (site.source if location.line == site.line else None),
                     },
@@ -661,7 +688,7 @@ class Monitor:
                     detail=site.form,
                     calls=site.count * calls,
                     fix=site.fix,
-                    **_where(location),
+                    **where_fields(location),
                 )
                 key = event.dedupe_key()
                 known = merged.get(key)
@@ -690,7 +717,7 @@ def _host_stack(site: Any) -> list[Frame]:
     return stack
 
 
-def _where(location: Location) -> dict[str, Any]:
+def where_fields(location: Location) -> dict[str, Any]:
     """The location fields of a ``BreakEvent``."""
     return {
         "file": location.file,
@@ -723,7 +750,7 @@ def _chained_event(
         hints=tuple(dict.fromkeys(h for h in hints if _EARLIER_BREAK_HINT not in h)),
         link=link,
         chain=links if len(links) > 1 else (),
-        **_where(location),
+        **where_fields(location),
     )
 
 

@@ -12,13 +12,19 @@ import pytest
 
 from pytest_nobreak.benchmark import BenchmarkPlugin, asic_benchmark
 from pytest_nobreak.config import ASIC_BACKEND, NobreakConfig, add_options, check_ini_keys
-from pytest_nobreak.fixtures import CONFIG_KEY, asic, nobreak_compile, nobreak_report
+from pytest_nobreak.fixtures import (
+    CONFIG_KEY,
+    asic,
+    nobreak_compile,
+    nobreak_export,
+    nobreak_report,
+)
 from pytest_nobreak.html_columns import HtmlColumns
 from pytest_nobreak.markers import MARKER_DOC
 from pytest_nobreak.model_items import add_model_options, configure_models
 from pytest_nobreak.session import NobreakSession
 
-__all__ = ["asic", "asic_benchmark", "nobreak_compile", "nobreak_report"]
+__all__ = ["asic", "asic_benchmark", "nobreak_compile", "nobreak_export", "nobreak_report"]
 
 SESSION_PLUGIN_NAME = "nobreak-session"
 BENCHMARK_PLUGIN_NAME = "nobreak-benchmark"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-from pytest_nobreak.events import BreakEvent, CallSite, Figures, OtherSite
+from pytest_nobreak.events import EXPORT_KINDS, BreakEvent, CallSite, Figures, OtherSite
 
 #: Breaks listed in full; the rest are summarised in one line, so a message stays ~60 lines.
 MAX_LISTED = 8
@@ -29,6 +29,11 @@ KIND_LABELS = {
     "host_fallback": "host fallback (ran on the host, not the DUT)",
     "compile_error": "compile error (raised to the caller, nothing ran)",
     "host_sync": "host sync (the host waited for a device value)",
+    "export_error": "export failed",
+    "export_unsound": "unsound export (draft_export guessed)",
+    "specialized_dim": "dynamic dimension specialized",
+    "export_mismatch": "exported programs disagree",
+    "export_sync": "host sync in the exported program",
 }
 
 #: How a failure message spells the options that tolerate a break: the marker's or ``check()``'s.
@@ -176,6 +181,8 @@ def render_event(
         lines.append(f"{pad}then {link.label}: {_clip(link.reason or link.gb_type)}")
     if event.kind == "compile_error" and event.detail:
         lines.append(f"{pad}raised: {event.detail}")
+    if event.kind in EXPORT_KINDS and event.detail:
+        lines.append(f"{pad}mode: {event.detail}")
     if event.also_at:
         lines.append(f"{pad}also at {_also_at(event.also_at)}")
     if event.fix:

@@ -444,12 +444,17 @@ _COLUMNS = (
     ("recompiles", "recomp"),
     ("host_syncs", "syncs"),
     ("foreign_breaks", "foreign"),
+    ("export_problems", "export"),
+    ("specialized_dims", "static"),
     ("dut_ops", "dut_ops"),
     ("host_fallbacks", "host"),
     ("dut%", "dut%"),
     ("cycles", "cycles"),
 )
 _ASIC_COLUMNS = ("dut_ops", "host_fallbacks", "dut%", "cycles")
+#: ``export`` (the problems of the test's exported programs) and ``static`` (the dynamic
+#: dimensions among them that came out static or narrowed), in a run where a test exported.
+_EXPORT_COLUMNS = ("export_problems", "specialized_dims")
 
 
 #: The narrowest a node id is shortened to, however narrow the terminal: the figures after it
@@ -483,7 +488,8 @@ def figures_table(
     ``width``: fit every line in it. A node id too long for what the figures leave is
     shortened from the left (its end names the test), never the figures; a break line is cut
     at the right. ``failing``: node ids whose breaks fail the run (shown red). The ``syncs``
-    column is there when a test ran a host sync, ``foreign`` when a library's code broke (a
+    column is there when a test ran a host sync, ``foreign`` when a library's code broke,
+    ``export`` and ``static`` when a test exported a model (a
     column of zeros would only take the width the node ids need; a test that did not measure
     them, from an older report, shows ``-``). A test judged with ``scope="own"`` lists the
     breaks in other code under "not yours (reported, not failed)".
@@ -498,11 +504,17 @@ def figures_table(
         for name in ("host_syncs", "foreign_breaks")
         if any(getattr(r.figures, name) for r in records)
     }
+    # The export figures wherever a test exported: there a zero is the verdict.
+    shown |= {
+        name
+        for name in _EXPORT_COLUMNS
+        if any(getattr(r.figures, name) is not None for r in records)
+    }
     columns = [
         c
         for c in _COLUMNS
         if (asic or c[0] not in _ASIC_COLUMNS)
-        and (c[0] not in ("host_syncs", "foreign_breaks") or c[0] in shown)
+        and (c[0] not in ("host_syncs", "foreign_breaks", *_EXPORT_COLUMNS) or c[0] in shown)
     ]
     rows = [[_cell(r.figures, name) for name, _ in columns] for r in records]
     # As wide as the widest value (cycles of a big model run to 8 digits), so columns line up.

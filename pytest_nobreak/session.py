@@ -19,14 +19,15 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_nobreak.baseline import Baseline, BaselineError, load_baseline
 from pytest_nobreak.config import NobreakConfig
-from pytest_nobreak.events import BreakEvent
+from pytest_nobreak.events import EXPORT_KINDS, BreakEvent
+from pytest_nobreak.exporting import EXPORT_TITLE
 from pytest_nobreak.json_report import TestRecord
 from pytest_nobreak.junit import junit_properties
 from pytest_nobreak.markers import BACKEND_DEFAULT, MARKER, MarkerError, NoGraphBreakOptions
@@ -52,8 +53,21 @@ ROOFS_KEY = pytest.StashKey[dict[str, dict[str, Any]]]()
 #: read where the test ran (the controller cannot rebuild a device from a custom config's key).
 ROOFS_ATTR = "nobreak_roofs"
 #: Fixtures whose use makes a test watched even when it is not marked.
-WATCH_FIXTURES = ("nobreak_report", "nobreak_compile", "asic", "asic_benchmark")
+WATCH_FIXTURES = ("nobreak_report", "nobreak_compile", "nobreak_export", "asic", "asic_benchmark")
 FAIL_TITLE = f"@pytest.mark.{MARKER}: torch.compile did not run as whole graphs"
+EXPORT_FAIL_TITLE = f"@pytest.mark.{MARKER}: {EXPORT_TITLE}"
+BOTH_FAIL_TITLE = (
+    f"@pytest.mark.{MARKER}: torch.compile did not run as whole graphs, and torch.export did "
+    "not produce a sound program"
+)
+
+
+def fail_title(problems: Sequence[BreakEvent]) -> str:
+    """The failure's first words: what went wrong, compiling, exporting or both."""
+    exported = {p.kind in EXPORT_KINDS for p in problems}
+    if exported == {True}:
+        return EXPORT_FAIL_TITLE
+    return BOTH_FAIL_TITLE if True in exported else FAIL_TITLE
 
 
 class NobreakWarning(UserWarning):
@@ -273,7 +287,7 @@ class NobreakSession:
         if not problems:
             return
         theirs = report.theirs(**gates) if scope == "own" else {}
-        message = report.render(problems, title=FAIL_TITLE, theirs=theirs)
+        message = report.render(problems, title=fail_title(problems), theirs=theirs)
         if test_failed:
             # The test's own error wins; the breaks go in a section next to it.
             item.add_report_section("call", "nobreak", message)

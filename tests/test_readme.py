@@ -93,7 +93,8 @@ def _projects() -> list[Project]:
 def test_the_readme_has_runnable_examples() -> None:
     assert [name for name, _, _ in _pairs()] == ["host-fusion", "host-fallbacks", "weight-buffers"]
     projects = {p.name: p for p in _projects()}
-    assert sorted(projects) == ["decode", "quickstart", "scope", "syncs"]
+    assert sorted(projects) == ["decode", "export", "quickstart", "scope", "syncs"]
+    assert sorted(projects["export"].files) == ["encoder.py", "test_encoder.py"]
     assert sorted(projects["syncs"].files) == ["model.py", "test_model.py"]
     assert sorted(projects["quickstart"].files) == ["model.py", "test_model.py"]
     assert sorted(projects["decode"].files) == ["test_decode.py"]

@@ -60,3 +60,12 @@ def console_errors(driver: Any) -> list[str]:
     if counted:
         errors.append(f"{counted} uncaught error(s) counted by the page")
     return errors
+
+
+def visible_ids(driver: Any) -> list[str]:
+    """The node ids of the report's test rows the filters leave shown, in page order."""
+    ids: list[str] = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#tests > tbody:not([hidden])'))"
+        ".map(g => g.dataset.nodeid)"
+    )
+    return ids

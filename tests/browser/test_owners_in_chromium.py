@@ -14,7 +14,7 @@ import pytest
 
 from pytest_nobreak.html_report import render_html
 from pytest_nobreak.json_report import build_report
-from tests.browser.chromium import console_errors, driver_or_skip, open_page
+from tests.browser.chromium import console_errors, driver_or_skip, open_page, visible_ids
 from tests.unit.test_owner_reports import MINE, THEIRS, TORCHS, record
 
 HF = dataclasses.replace(THEIRS, library=None)
@@ -47,14 +47,6 @@ def opened(driver: Any, page: Path) -> Any:
     open_page(driver, page.as_uri())
     console_errors(driver)
     return driver
-
-
-def visible_ids(driver: Any) -> list[str]:
-    ids: list[str] = driver.execute_script(
-        "return Array.from(document.querySelectorAll('#tests > tbody:not([hidden])'))"
-        ".map(g => g.dataset.nodeid)"
-    )
-    return ids
 
 
 def test_the_owner_filter_shows_the_tests_with_breaks_in_that_code(opened: Any, page: Path) -> None:

@@ -82,6 +82,8 @@ def test_columns_extras_and_the_breaks_under_the_row(
         "recompiles": "0",
         "host_syncs": "0",
         "foreign_breaks": "0",
+        "export_problems": "",  # exported nothing: not measured, not 0
+        "specialized_dims": "",
         "dut_ops": "",
         "host_fallbacks": "",
         "cycles": "",

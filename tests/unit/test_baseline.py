@@ -233,6 +233,8 @@ EXPECTED_DIRECTIONS = {
     "recompiles": "lower",
     "host_syncs": "lower",
     "foreign_breaks": "lower",
+    "export_problems": "lower",
+    "specialized_dims": "lower",
     "dut_ops": "higher",
     "host_fallbacks": "lower",
     "macs": "higher",

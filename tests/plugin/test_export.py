@@ -1,0 +1,415 @@
+"""The export path: ``nobreak_export`` in real pytest runs, one model per failure kind.
+
+Each inner test exports a small model with the fixture; a marked test must fail with the
+right entry (its kind label, type, line and mode) and a clean model must pass in both modes.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch.export import Dim
+
+import pytest_nobreak
+from pytest_nobreak import ExportError, export_check
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+QUIET = ("-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning")
+
+MODELS = """
+import torch
+from torch import nn
+
+
+class Clean(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.fc(x).relu()
+
+
+class Branch(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # LINE:branch
+            return x + 1
+        return x - 1
+
+
+class ItemView(nn.Module):
+    def forward(self, x, n):
+        return x.new_zeros(n.item(), 8) + x  # LINE:item
+
+
+class ShapeTest(nn.Module):
+    def forward(self, x):
+        if x.shape[0] == 4:  # LINE:shape
+            return x * 2
+        return x
+
+
+class ViewTwo(nn.Module):
+    def forward(self, x):
+        return x.view(2, -1) * 2  # LINE:view
+
+
+class Frame(nn.Module):
+    def forward(self, x):
+        import inspect
+
+        if inspect.currentframe() is not None:  # LINE:frame
+            return x + 1
+        return x
+
+
+@torch.library.custom_op("nobreak_test::nofake", mutates_args=())
+def nofake(x: torch.Tensor) -> torch.Tensor:
+    return x.clone()
+
+
+class NoFake(nn.Module):
+    def forward(self, x):
+        return nofake(x) * 2  # LINE:nofake
+
+
+@torch.library.custom_op("nobreak_test::badfake", mutates_args=())
+def badfake(x: torch.Tensor) -> torch.Tensor:
+    return x.sum(0)
+
+
+@badfake.register_fake
+def _(x):
+    return x.new_empty(x.shape[1] + 1)
+
+
+class BadFake(nn.Module):
+    def forward(self, x):
+        return badfake(x) * 2  # LINE:badfake
+"""
+
+
+def lines_of(source: str) -> dict[str, int]:
+    """``# LINE:name`` markers -> line numbers, as the file is written (leading newline gone)."""
+    out = {}
+    for number, text in enumerate(source.lstrip("\n").splitlines(), start=1):
+        if "# LINE:" in text:
+            out[text.split("# LINE:")[1].strip()] = number
+    return out
+
+
+LINES = lines_of(MODELS)
+
+
+def only_record(pytester: pytest.Pytester) -> dict[str, object]:
+    (record,) = json.loads((pytester.path / "r.json").read_text())["tests"].values()
+    return record  # type: ignore[no-any-return]
+
+
+def run(pytester: pytest.Pytester, body: str, *args: str) -> pytest.RunResult:
+    pytester.makepyfile(export_models=MODELS)
+    pytester.makepyfile(
+        test_it="import pytest\nimport torch\nfrom torch.export import Dim\n"
+        "import export_models as m\n\n" + body
+    )
+    return pytester.runpytest_inprocess(*QUIET, *args)
+
+
+def test_a_clean_model_passes_in_both_modes(pytester: pytest.Pytester) -> None:
+    result = run(
+        pytester,
+        """
+@pytest.mark.no_graph_break
+def test_clean(nobreak_export):
+    result = nobreak_export(m.Clean(), (torch.randn(4, 8),), dynamic_shapes=({0: Dim("batch")},))
+    assert sorted(result.programs) == ["non-strict", "strict"]
+    assert result.program.module()(torch.randn(6, 8)).shape == (6, 8)
+""",
+        "--nobreak-json=r.json",
+    )
+    result.assert_outcomes(passed=1)
+    record = only_record(pytester)
+    assert record["export_problems"] == 0
+    assert record["specialized_dims"] == 0
+
+
+def test_a_data_dependent_branch_fails_both_modes_at_its_line(
+    pytester: pytest.Pytester,
+) -> None:
+    result = run(
+        pytester,
+        """
+@pytest.mark.no_graph_break
+def test_branch(nobreak_export):
+    nobreak_export(m.Branch(), (torch.randn(4, 8),))
+""",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*no_graph_break: torch.export did not produce a sound program: 1 problem (*",
+            "*1. export failed GB0170: Data-dependent branching",
+            f"*at export_models.py:{LINES['branch']}  >  if x.sum() > 0:*",
+            "*mode: non-strict and strict",
+            "*fix: compute both branches and select*",
+        ]
+    )
+
+
+def test_item_driving_a_shape_is_a_host_sync_in_the_program(pytester: pytest.Pytester) -> None:
+    result = run(
+        pytester,
+        """
+@pytest.mark.no_graph_break
+def test_item(nobreak_export):
+    result = nobreak_export(m.ItemView(), (torch.randn(4, 8), torch.tensor(4)))
+    assert sorted(result.programs) == ["non-strict", "strict"]
+""",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*1 problem (*export_problems=1*",
+            "*1. host sync in the exported program: aten.item",
+            f"*at export_models.py:{LINES['item']}  >  return x.new_zeros(n.item(), 8) + x*",
+            "*why: the program makes the host wait for a device value (data-dependent output)*",
+            "*mode: non-strict and strict",
+        ]
+    )
+
+
+def test_a_dimension_specialized_by_a_shape_test_is_named(pytester: pytest.Pytester) -> None:
+    result = run(
+        pytester,
+        """
+@pytest.mark.no_graph_break
+def test_auto(nobreak_export):
+    nobreak_export(m.ShapeTest(), (torch.randn(4, 8),), dynamic_shapes=({0: Dim.AUTO},))
+""",
+        "--nobreak-json=r.json",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*1 problem (*export_problems=1, specialized_dims=1*",
+            "*1. dynamic dimension specialized: args[[]0[]] dim 0 (Dim.AUTO)",
+            f"*at export_models.py:{LINES['shape']}  >  if x.shape[[]0[]] == 4:*",
+            "*why: declared dynamic (Dim.AUTO), exported static: 4 by the guard Eq(*, 4)",
+            "*mode: non-strict and strict",
+        ]
+    )
+    record = only_record(pytester)
+    assert record["specialized_dims"] == 1
+    (entry,) = record["breaks"]
+    assert entry["kind"] == "specialized_dim"
+    assert entry["line"] == LINES["shape"]
+
+
+def test_a_named_dim_that_export_specializes_fails_and_is_named(
+    pytester: pytest.Pytester,
+) -> None:
+    result = run(
+        pytester,
+        """
+@pytest.mark.no_graph_break
+def test_named(nobreak_export):
+    nobreak_export(m.ShapeTest(), (torch.randn(4, 8),), dynamic_shapes=({0: Dim("batch")},))
+""",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*2 problems (*export_problems=2, specialized_dims=1*",
+            "*1. export failed: Guard on a dynamic dimension",
+            f"*at export_models.py:{LINES['shape']}  >  if x.shape[[]0[]] == 4:*",
+            "*why: Constraints violated (batch)!*",
+            "*2. dynamic dimension specialized: args[[]0[]] dim 0 (batch)",
+            "*mode: draft_export",
+        ]
+    )
+
+
+def test_a_view_that_needs_an_even_size_fails_at_the_view(pytester: pytest.Pytester) -> None:
+    result = run(
+        pytester,
+        """
+@pytest.mark.no_graph_break
+def test_view(nobreak_export):
+    nobreak_export(m.ViewTwo(), (torch.randn(4, 8),), dynamic_shapes=({0: Dim("batch")},))
+""",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*1. export failed: Guard on a dynamic dimension",
+            f"*at export_models.py:{LINES['view']}  >  return x.view(2, -1) * 2*",
+            "*satisfy the generated guard*",
+        ]
+    )
+
+
+def test_a_strict_only_failure_names_strict_mode(pytester: pytest.Pytester) -> None:
+    result = run(
+        pytester,
+        """
+@pytest.mark.no_graph_break
+def test_both(nobreak_export):
+    nobreak_export(m.Frame(), (torch.randn(4, 8),))
+
+
+@pytest.mark.no_graph_break
+def test_non_strict_only(nobreak_export):
+    result = nobreak_export(m.Frame(), (torch.randn(4, 8),), strict=False)
+    assert list(result.programs) == ["non-strict"]
+""",
+    )
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_both*",
+            "*1. export failed*",
+            "*mode: strict",
+        ]
+    )
+    assert "mode: non-strict" not in result.stdout.str()
+
+
+def test_fake_kernels_missing_or_wrong_fail_at_the_ops_call(pytester: pytest.Pytester) -> None:
+    result = run(
+        pytester,
+        """
+@pytest.mark.no_graph_break
+def test_missing(nobreak_export):
+    nobreak_export(m.NoFake(), (torch.randn(4, 8),))
+
+
+@pytest.mark.no_graph_break
+def test_mismatched(nobreak_export):
+    nobreak_export(m.BadFake(), (torch.randn(4, 8),))
+""",
+    )
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*1. export failed: Missing fake kernel",
+            f"*at export_models.py:{LINES['nofake']}  >  return nofake(x) * 2*",
+            "*mode: non-strict and strict",
+            "*hint: Register one with @torch.library.register_fake*",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*1. unsound export (draft_export guessed): Mismatched fake kernel",
+            f"*at export_models.py:{LINES['badfake']}  >  return badfake(x) * 2*",
+            "*why: torch.ops.nobreak_test.badfake.default's fake kernel disagrees*",
+        ]
+    )
+
+
+def test_allow_matches_export_problems_by_id_and_type(pytester: pytest.Pytester) -> None:
+    result = run(
+        pytester,
+        """
+@pytest.mark.no_graph_break(allow=[r"GB0170"])
+def test_branch(nobreak_export):
+    nobreak_export(m.Branch(), (torch.randn(4, 8),))
+
+
+@pytest.mark.no_graph_break(allow=[r"dim 0 \\(Dim\\.AUTO\\)"])
+def test_auto(nobreak_export):
+    nobreak_export(m.ShapeTest(), (torch.randn(4, 8),), dynamic_shapes=({0: Dim.AUTO},))
+""",
+    )
+    result.assert_outcomes(passed=2)
+
+
+def test_an_unmarked_test_reports_but_does_not_fail(pytester: pytest.Pytester) -> None:
+    result = run(
+        pytester,
+        """
+def test_branch(nobreak_export):
+    nobreak_export(m.Branch(), (torch.randn(4, 8),))
+""",
+        "--nobreak-baseline=b.json",
+        "--nobreak-update-baseline",
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "test * export  static  outcome",
+            "test_it.py::test_branch * 1 * 0  passed",
+            f"*export failed GB0170 at export_models.py:{LINES['branch']}: Data-dependent*",
+        ]
+    )
+    entry = json.loads((pytester.path / "b.json").read_text())["tests"]["test_it.py::test_branch"]
+    assert entry["export_problems"] == 1
+    assert entry["specialized_dims"] == 0
+
+
+def test_a_new_export_problem_is_a_baseline_regression(pytester: pytest.Pytester) -> None:
+    clean = """
+@pytest.mark.no_graph_break(allow=[r"."])
+def test_model(nobreak_export):
+    nobreak_export(m.ShapeTest(), (torch.randn(4, 8),), dynamic_shapes=({0: %s},))
+"""
+    run(pytester, clean % "Dim.STATIC", "--nobreak-baseline=b.json", "--nobreak-update-baseline")
+    result = run(pytester, clean % "Dim.AUTO", "--nobreak-baseline=b.json")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*test_model*export_problems 0 -> 1*"])
+
+
+# --------------------------------------------------------------------------- outside pytest
+
+
+class _Branch(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:
+            return x + 1
+        return x - 1
+
+
+def test_export_check_raises_export_error_with_the_entries() -> None:
+    result = export_check(_Branch(), (torch.randn(4, 8),))
+    assert result.errors.keys() == {"non-strict", "strict"}
+    assert result.figures().export_problems == 1
+    with pytest.raises(ExportError) as info:
+        result.check()
+    (event,) = info.value.breaks
+    assert (event.kind, event.gb_id, event.detail) == (
+        "export_error",
+        "GB0170",
+        "non-strict and strict",
+    )
+    assert str(info.value).startswith("torch.export did not produce a sound program: 1 problem")
+    result.check(allow=[r"GB0170"])
+    with pytest.raises(ExportError, match="1 problem"):
+        _ = result.program
+
+
+def test_export_check_inside_watch_leaves_the_compile_figures_alone() -> None:
+    with pytest_nobreak.watch() as report:
+        export_check(_Branch(), (torch.randn(4, 8),), strict=True)
+    assert report.breaks == ()
+    assert report.figures().graphs == 0
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: export_check(lambda x: x, (torch.randn(2),)), "must be a torch.nn.Module"),
+        (lambda: export_check(_Branch(), torch.randn(2)), "args must be a tuple"),
+        (lambda: export_check(_Branch(), (torch.randn(2),), strict="yes"), "strict must be"),
+        (lambda: export_check(_Branch(), (torch.randn(2),), kwargs=[1]), "kwargs must be"),
+    ],
+)
+def test_bad_inputs_are_clear_errors(call: object, message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        call()  # type: ignore[operator]
+
+
+def test_dynamic_shapes_that_do_not_fit_the_inputs_raise_torchs_error() -> None:
+    with pytest.raises(torch._dynamo.exc.UserError, match="dynamic_shapes"):
+        export_check(_Branch(), (torch.randn(4, 8),), dynamic_shapes=({0: Dim("b")}, {1: Dim("c")}))
