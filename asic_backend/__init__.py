@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         HostFallbackStats,
         get_device,
     )
+    from asic_backend.exported import lower_exported
     from asic_backend.macs import flop_counter_extras
     from asic_backend.notices import AsicHostWarning, host_fallbacks_reported
     from asic_backend.unconverted import NotConvertedError
@@ -47,6 +48,7 @@ __all__ = [
     "gemm_cost",
     "get_device",
     "host_fallbacks_reported",
+    "lower_exported",
     "make_backend",
 ]
 
@@ -67,6 +69,7 @@ _LAZY = {
     "asic_backend": "asic_backend.backend",
     "make_backend": "asic_backend.backend",
     "NotConvertedError": "asic_backend.unconverted",
+    "lower_exported": "asic_backend.exported",
 }
 
 

@@ -58,6 +58,12 @@ REGIONS: frozenset[Any] = frozenset(
         torch.linalg.multi_dot,
         torch.functional.chain_matmul,
         torch.chain_matmul,
+        # The same calls in a torch.export program, whose graph keeps them as aten ops.
+        _aten.einsum.default,
+        _aten.tensordot.default,
+        _aten.inner.default,
+        _aten.linalg_multi_dot.default,
+        _aten.chain_matmul.default,
     }
 )
 #: Fused C++ inference fast paths, and how many linears each runs where the DUT cannot see them.

@@ -23,7 +23,23 @@ from asic_backend.fx_nodes import dtype_of, real_tensor
 from asic_backend.numerics import INT8_MAX, INT8_MIN
 from asic_backend.rewrite import Rewrite
 
-__all__ = ["lower_torchao"]
+__all__ = ["INT_MM_TARGETS", "lower_int_mm", "lower_torchao"]
+
+#: ``torch._int_mm``, as a model calls it and as an exported program's graph holds it.
+INT_MM_TARGETS: frozenset[Any] = frozenset({torch._int_mm, torch.ops.aten._int_mm.default})
+
+
+def lower_int_mm(rw: Rewrite, node: fx.Node) -> None:
+    """An int8 x int8 -> int32 ``_int_mm`` (a TorchAO layer in an exported program) is a DUT
+    GEMM as it stands: already quantized, it goes to the DUT whatever the quantize policy."""
+    a, b = node.args[0] if node.args else None, node.args[1] if len(node.args) > 1 else None
+    if not (isinstance(a, fx.Node) and isinstance(b, fx.Node)):
+        return
+    if dtype_of(a) not in (torch.int8, torch.uint8) or dtype_of(b) != torch.int8:
+        rw.host(node, f"_int_mm of {dtype_of(a)} x {dtype_of(b)}: the DUT multiplies int8 only")
+        return
+    out = rw.call_before(node, torch.ops.asic.int_mm.default, (a, b, rw.options.device))
+    rw.replace(node, out, "_int_mm -> asic::int_mm")
 
 
 def lower_torchao(rw: Rewrite, node: fx.Node, x: fx.Node, w: fx.Node, b: Any, wv: Any) -> None:

@@ -17,6 +17,8 @@ kind of site has its own module:
 5. convolutions (1-D/2-D/3-D, grouped, transposed) → ``asic::dyn_conv``
    (:mod:`~asic_backend.lower_conv`);
 6. ``F.scaled_dot_product_attention`` → ``asic::dyn_sdpa`` (:mod:`~asic_backend.lower_attention`);
+   an int8 ``_int_mm`` (a TorchAO layer in an exported program) → ``asic::int_mm``
+   (:mod:`~asic_backend.lower_torchao`);
 7. calls Dynamo keeps opaque (``F.multi_head_attention_forward``, ``torch.einsum``) are tagged,
    and :func:`lower_aten` lowers their GEMMs on the aten graph (:mod:`~asic_backend.lower_aten`).
 
@@ -52,7 +54,7 @@ from asic_backend.lower_attention import SDPA_TARGETS, lower_sdpa
 from asic_backend.lower_conv import CONV_TARGETS, lower_conv
 from asic_backend.lower_float import lower_float_linear, lower_matmul
 from asic_backend.lower_pt2e import is_pt2e_pair, lower_pt2e
-from asic_backend.lower_torchao import lower_torchao
+from asic_backend.lower_torchao import INT_MM_TARGETS, lower_int_mm, lower_torchao
 from asic_backend.rewrite import (
     POLICIES,
     LoweringOptions,
@@ -104,6 +106,8 @@ def _lower_graph(gm: fx.GraphModule, options: LoweringOptions) -> LoweringSummar
             lower_conv(rw, node)
         elif kind == "sdpa":
             lower_sdpa(rw, node)
+        elif kind == "int_mm":
+            lower_int_mm(rw, node)
         elif kind is not None:
             lower_matmul(rw, node, kind)
     gm.graph.lint()
@@ -150,6 +154,7 @@ _BY_TARGET: dict[Any, str] = {
     _aten.addbmm.default: "addbmm",
     **dict.fromkeys(CONV_TARGETS, "conv"),
     **dict.fromkeys(SDPA_TARGETS, "sdpa"),
+    **dict.fromkeys(INT_MM_TARGETS, "int_mm"),
 }
 _BY_METHOD = {
     "matmul": "matmul",

@@ -259,6 +259,35 @@ def _(
     return x.new_empty(_out_shape(x, w_q.shape[0]))
 
 
+# -- asic::int_mm: an int8 GEMM already quantized by the program --------------------------------
+
+
+@dut_op("asic::int_mm")
+def int_mm(a: Tensor, b: Tensor, device: str) -> Tensor:
+    """``torch._int_mm(a, b)`` on the DUT: ``a [M, K]`` int8 (or uint8) by ``b [K, N]`` int8,
+    the int32 accumulator ``[M, N]`` (with the device's accumulator). What a TorchAO int8
+    layer becomes in an exported program, whose graph holds the layer's ops, not its weight
+    subclass.
+
+    A uint8 ``a`` (TorchAO's x86 form of asymmetric activations: ``q + 128``) goes to the
+    int8 array as ``a - 128`` with the zero point -128 the array already folds in:
+    ``(a - 128)·b + 128·colsum(b)`` is ``a·b`` exactly.
+    """
+    if a.shape[0] == 0:  # nothing to issue
+        return a.new_zeros((0, b.shape[1]), dtype=torch.int32)
+    w = b.t().contiguous()
+    if a.dtype == torch.uint8:
+        shifted = (a.to(torch.int16) - 128).to(torch.int8)
+        return run_mm_i32(shifted, w, a_zp=-128, device=get_device(device))
+    return run_mm_i32(a, w, device=get_device(device))
+
+
+@int_mm.register_fake
+def _(a: Tensor, b: Tensor, device: str) -> Tensor:
+    _check_k("int_mm", a.shape[-1], b.shape[0])
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.int32)
+
+
 # -- asic::dyn_linear: float linears, dynamic int8 ---------------------------------------------
 
 

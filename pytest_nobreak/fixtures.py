@@ -62,12 +62,17 @@ def nobreak_compile(request: pytest.FixtureRequest) -> Callable[..., Any]:
 
 @pytest.fixture
 def nobreak_export(request: pytest.FixtureRequest) -> Callable[..., ExportReport]:
-    """``nobreak_export(model, args, kwargs=None, *, dynamic_shapes=None, strict=None)``:
-    export ``model`` with ``torch.export`` (non-strict and strict; ``strict=True``/``False``
-    one mode) and record every problem of the exported programs in this test's report (see
-    :func:`pytest_nobreak.export_check`). A marked test fails on them; ``allow=[...]``
-    matches them as it does breaks. Returns the :class:`~pytest_nobreak.exporting.
-    ExportReport` (``.program`` is the exported program).
+    """``nobreak_export(model, args, kwargs=None, *, dynamic_shapes=None, strict=None,
+    asic=None)``: export ``model`` with ``torch.export`` (non-strict and strict;
+    ``strict=True``/``False`` one mode) and record every problem of the exported programs in
+    this test's report (see :func:`pytest_nobreak.export_check`). ``asic``: also run the
+    program on the simulated DUT (``asic_backend.lower_exported`` on the session's device),
+    on the example inputs and one more size of each dynamic dimension, checked against eager;
+    ``None``: when the session runs ``--asic-backend``. Its host fallbacks and DUT figures are
+    the test's, as under ``--asic-backend``. A marked test fails on every problem;
+    ``allow=[...]`` matches them as it does breaks. Returns the
+    :class:`~pytest_nobreak.exporting.ExportReport` (``.program`` is the exported program,
+    ``.lowered`` the DUT one).
 
     >>> @pytest.mark.no_graph_break
     ... def test_exports(nobreak_export):
@@ -82,6 +87,7 @@ def nobreak_export(request: pytest.FixtureRequest) -> Callable[..., ExportReport
         *,
         dynamic_shapes: Any = None,
         strict: bool | None = None,
+        asic: bool | None = None,
     ) -> ExportReport:
         from pytest_nobreak.session import MONITOR_KEY
 
@@ -91,6 +97,8 @@ def nobreak_export(request: pytest.FixtureRequest) -> Callable[..., ExportReport
             kwargs,
             dynamic_shapes=dynamic_shapes,
             strict=strict,
+            asic=settings.asic if asic is None else asic,
+            device=settings.asic_config() if settings.asic or asic else None,
             root=str(request.config.rootpath),
             first_party=settings.first_party,
         )

@@ -10,6 +10,11 @@ baseline; they select with ``-k``, and every xdist worker collects the same ones
   fallbacks are ``on_dut``'s business);
 - ``no_recompile``: three calls with other batch and sequence sizes; at most one recompile
   (the one that makes the sizes dynamic), with the failed guard named;
+- ``exports``: ``torch.export`` in non-strict and strict mode with every dimension the
+  check's sizes vary (batch, sequence) ``Dim.AUTO``, through :func:`pytest_nobreak.
+  export_check` (a failed mode, draft_export's findings, a dimension the program made static
+  or narrowed, disagreeing programs, host syncs in the program), and under ``--asic-backend``
+  the program run on the DUT at two sizes;
 - ``on_dut`` (under ``--asic-backend``): no host fallback, no host MAC, no host sync (each
   one stalls the device), and the output within
   the int8 error bound of the fp32 eager output (:mod:`asic_backend.tolerance`);
@@ -31,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_nobreak.config import NobreakConfig
+from pytest_nobreak.exporting import NARROWED
 from pytest_nobreak.markers import MARKER
 from pytest_nobreak.model_spec import InputSpec, ModelSpec, SpecError, parse_inputs, parse_spec
 
@@ -72,6 +78,9 @@ VANISHING = 1e-6
 _MARKS: dict[str, dict[str, Any]] = {
     "compiles_whole": {"allow_host_fallback": True, "max_host_syncs": None},
     "no_recompile": {"allow_host_fallback": True, "max_recompiles": 1, "max_host_syncs": None},
+    # A range narrowed by what the model is (a sequence up to its position embeddings) is
+    # reported, not failed; a dimension made static, a failed mode or a guess fails.
+    "exports": {"allow_host_fallback": True, "max_host_syncs": None, "allow": [NARROWED]},
     "on_dut": {},
     "benchmark": {"allow_host_fallback": True, "max_host_syncs": None},
 }
@@ -197,7 +206,7 @@ class ModelPlugin:
 
     def checks(self) -> list[str]:
         """The checks each model gets in this session."""
-        out = ["compiles_whole", "no_recompile"]
+        out = ["compiles_whole", "no_recompile", "exports"]
         if self.settings.asic:
             out.append("on_dut")
         # Timing runs only when asked for: a plain run checks the compile, not the clock.
@@ -419,6 +428,61 @@ def _no_recompile(collector: ModelCollector, request: pytest.FixtureRequest) -> 
     request.node.stash[CALLED_KEY] = True
 
 
+def _exports(collector: ModelCollector, request: pytest.FixtureRequest) -> None:
+    import torch
+
+    from pytest_nobreak.exporting import export_check
+    from pytest_nobreak.session import MONITOR_KEY
+
+    built = collector.model()
+    args, kwargs = built.inputs(0)
+    settings = collector.plugin.settings
+    with torch.no_grad():
+        result = export_check(
+            built.module,
+            args,
+            kwargs,
+            dynamic_shapes=_varying_dims(built),
+            asic=settings.asic,
+            device=settings.asic_config() if settings.asic else None,
+            root=str(request.config.rootpath),
+            first_party=settings.first_party,
+        )
+    request.node.stash[MONITOR_KEY].report.add_export(result)
+    request.node.stash[CALLED_KEY] = True
+
+
+def _varying_dims(built: BuiltModel) -> dict[str, Any]:
+    """``Dim.AUTO`` for each dimension of an input that the check's sizes vary (batch and
+    sequence), by the forward's parameter names; AUTO, so inputs that share a size (ids and
+    their mask) stay equal, and what the program made static is reported, not raised."""
+    import inspect
+
+    import torch
+    from torch.export import Dim
+
+    first, second = built.inputs(0), built.inputs(1)
+    signature = inspect.signature(built.module.forward)
+    one = signature.bind(*first[0], **first[1]).arguments
+    two = signature.bind(*second[0], **second[1]).arguments
+    out: dict[str, Any] = {}
+    for name, value in one.items():
+        other = two.get(name)
+        varying = None
+        if (
+            isinstance(value, torch.Tensor)
+            and isinstance(other, torch.Tensor)
+            and value.dim() == other.dim()
+        ):
+            varying = {
+                dim: Dim.AUTO
+                for dim, (a, b) in enumerate(zip(value.shape, other.shape, strict=True))
+                if a != b
+            } or None
+        out[name] = varying
+    return out
+
+
 def _on_dut(collector: ModelCollector, request: pytest.FixtureRequest) -> None:
     import torch
 
@@ -501,6 +565,7 @@ def _benchmark(collector: ModelCollector, request: pytest.FixtureRequest, benchm
 _CHECKS: dict[str, Callable[..., None]] = {
     "compiles_whole": _compiles_whole,
     "no_recompile": _no_recompile,
+    "exports": _exports,
     "on_dut": _on_dut,
     "benchmark": _benchmark,
 }

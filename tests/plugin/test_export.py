@@ -66,6 +66,16 @@ class Frame(nn.Module):
         return x
 
 
+class Doubles(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return (h.double() @ h.double().T).float()  # LINE:double
+
+
 @torch.library.custom_op("nobreak_test::nofake", mutates_args=())
 def nofake(x: torch.Tensor) -> torch.Tensor:
     return x.clone()
@@ -361,6 +371,58 @@ def test_model(nobreak_export):
     result.stdout.fnmatch_lines(["*test_model*export_problems 0 -> 1*"])
 
 
+def test_under_asic_backend_the_program_runs_on_the_dut_at_two_sizes(
+    pytester: pytest.Pytester,
+) -> None:
+    result = run(
+        pytester,
+        """
+@pytest.mark.no_graph_break(max_recompiles=0)
+def test_clean(nobreak_export):
+    result = nobreak_export(m.Clean(), (torch.randn(4, 8),), dynamic_shapes=({0: Dim("batch")},))
+    assert result.lowered is not None
+
+
+@pytest.mark.no_graph_break
+def test_doubles(nobreak_export):
+    nobreak_export(m.Doubles(), (torch.randn(4, 8),), dynamic_shapes=({0: Dim("batch")},))
+""",
+        "--asic-backend",
+        "--nobreak-json=r.json",
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_doubles*",
+            "*1. host fallback (ran on the host, not the DUT): matmul*",
+            f"*at export_models.py:{LINES['double']}  >  return (h.double() @ h.double().T)*",
+        ]
+    )
+    tests = json.loads((pytester.path / "r.json").read_text())["tests"]
+    clean = tests["test_it.py::test_clean"]
+    # The linear at batch 4, then at batch 5 (one more size of the dynamic dimension).
+    assert clean["asic"]["dut_ops"] == 2
+    assert clean["asic"]["host_fallbacks"] == 0
+    assert (clean["graphs"], clean["recompiles"], clean["export_problems"]) == (0, 0, 0)
+    doubles = tests["test_it.py::test_doubles"]
+    assert doubles["asic"]["host_fallbacks"] == 2
+    assert [e["kind"] for e in doubles["breaks"]] == ["host_fallback"]
+
+
+def test_asic_false_keeps_the_program_off_the_dut(pytester: pytest.Pytester) -> None:
+    result = run(
+        pytester,
+        """
+@pytest.mark.no_graph_break
+def test_doubles(nobreak_export):
+    result = nobreak_export(m.Doubles(), (torch.randn(4, 8),), asic=False)
+    assert result.lowered is None
+""",
+        "--asic-backend",
+    )
+    result.assert_outcomes(passed=1)
+
+
 # --------------------------------------------------------------------------- outside pytest
 
 
@@ -394,6 +456,17 @@ def test_export_check_inside_watch_leaves_the_compile_figures_alone() -> None:
         export_check(_Branch(), (torch.randn(4, 8),), strict=True)
     assert report.breaks == ()
     assert report.figures().graphs == 0
+
+
+def test_export_check_on_the_dut_has_the_dut_figures() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    result = export_check(
+        model, (torch.randn(4, 8),), dynamic_shapes=({0: Dim("batch")},), asic=True
+    )
+    figures = result.figures()
+    assert (figures.dut_ops, figures.host_fallbacks, figures.host_macs) == (4, 0, 0)
+    assert figures.macs == 4 * (8 * 16 + 16 * 4) + 5 * (8 * 16 + 16 * 4)
+    result.check()
 
 
 @pytest.mark.parametrize(

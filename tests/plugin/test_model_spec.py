@@ -194,17 +194,20 @@ def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
 
 def test_a_file_factory_gets_one_item_per_check(fac: pytest.Pytester) -> None:
     result = run(fac, "--nobreak-model", "fac.py:mlp", "-v", "--nobreak-json", "r.json")
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(
         [
             "nobreak-model[[]fac.py:mlp[]]::compiles_whole PASSED*",
             "nobreak-model[[]fac.py:mlp[]]::no_recompile PASSED*",
+            "nobreak-model[[]fac.py:mlp[]]::exports PASSED*",
         ]
     )
     tests = json.loads((fac.path / "r.json").read_text())["tests"]
     entry = tests["nobreak-model[fac.py:mlp]::compiles_whole"]
     assert (entry["marked"], entry["graphs"], entry["graph_breaks"]) == (True, 1, 0)
     assert tests["nobreak-model[fac.py:mlp]::no_recompile"]["recompiles"] == 1
+    exports = tests["nobreak-model[fac.py:mlp]::exports"]
+    assert (exports["export_problems"], exports["specialized_dims"]) == (0, 0)
 
 
 def test_module_factory_pairs_and_keyword_inputs(fac: pytest.Pytester) -> None:
@@ -220,7 +223,7 @@ def test_module_factory_pairs_and_keyword_inputs(fac: pytest.Pytester) -> None:
 def test_the_ini_list_and_k_select_models(fac: pytest.Pytester) -> None:
     fac.makeini("[pytest]\nnobreak_models =\n    fac.py:mlp\n    fac.py:branchy\n")
     result = run(fac, "-k", "branchy and compiles_whole", "--collect-only", "-q")
-    result.stdout.fnmatch_lines(["nobreak-model[[]fac.py:branchy[]]::compiles_whole", "*1/4 *"])
+    result.stdout.fnmatch_lines(["nobreak-model[[]fac.py:branchy[]]::compiles_whole", "*1/6 *"])
 
 
 def test_ini_models_run_beside_the_suite(fac: pytest.Pytester) -> None:
@@ -228,8 +231,8 @@ def test_ini_models_run_beside_the_suite(fac: pytest.Pytester) -> None:
     with no path check the models alone."""
     fac.makeini("[pytest]\nnobreak_models =\n    fac.py:mlp\n")
     fac.makepyfile(test_other="def test_x():\n    pass\n")
-    run(fac).assert_outcomes(passed=3)
-    run(fac, "--nobreak-model", "fac.py:mlp").assert_outcomes(passed=2)
+    run(fac).assert_outcomes(passed=4)
+    run(fac, "--nobreak-model", "fac.py:mlp").assert_outcomes(passed=3)
 
 
 def test_given_inputs_replace_the_inferred_ones(fac: pytest.Pytester) -> None:
@@ -256,7 +259,7 @@ def test_a_sweep_skips_what_cannot_be_built_with_the_reason(
     monkeypatch.setattr("pytest_nobreak.hf_models.MAX_PARAMS", 1000)
     monkeypatch.setattr("pytest_nobreak.hf_models.hf_set", lambda name: ["hf:bert", "hf:vit"])
     result = run(pytester, "--nobreak-model", "hf:vision", "-rs", "--nobreak-json", "r.json")
-    result.assert_outcomes(skipped=4)
+    result.assert_outcomes(skipped=6)
     result.stdout.fnmatch_lines(
         ["SKIPPED * hf:bert: still 0M parameters after shrinking (limit 0M)"]
     )
@@ -272,7 +275,7 @@ def test_a_named_model_that_cannot_be_built_fails(
     """A gate on a model the user named must not pass the day the model stops building."""
     monkeypatch.setattr("pytest_nobreak.hf_models.MAX_PARAMS", 1000)
     result = run(pytester, "--nobreak-model", "hf:bert", "--nobreak-json", "r.json")
-    result.assert_outcomes(failed=2)
+    result.assert_outcomes(failed=3)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     reason = "hf:bert: still 0M parameters after shrinking (limit 0M)"
     why = "not skipped: --nobreak-model names it (a sweep's members skip instead)"
@@ -360,7 +363,7 @@ def test_no_recompile_fails_naming_the_guard(fac: pytest.Pytester) -> None:
 
 def test_on_dut_passes_within_the_int8_bound(fac: pytest.Pytester) -> None:
     result = run(fac, "--nobreak-model", "fac.py:mlp", "--asic-backend", "--nobreak-json", "r.json")
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=4)
     entry = json.loads((fac.path / "r.json").read_text())["tests"]
     asic = entry["nobreak-model[fac.py:mlp]::on_dut"]["asic"]
     assert (asic["dut_ops"], asic["host_macs"], asic["macs"]) == (2, 0, 2 * (8 * 16 + 16 * 4))
@@ -392,12 +395,12 @@ def test_on_dut_fails_on_a_nan_output(fac: pytest.Pytester) -> None:
 def test_inputs_of_other_batch_sizes_keep_a_broadcast_one(fac: pytest.Pytester) -> None:
     """Only the inputs of the first one's batch size follow it to the other sizes."""
     result = run(fac, "--nobreak-model", "fac.py:scaled", "--nobreak-model-inputs", "8x16,1x4")
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(passed=3)
 
 
 def test_inferred_inputs_that_do_not_fit_are_one_line(fac: pytest.Pytester) -> None:
     result = run(fac, "--nobreak-model", "fac.py:head_first")
-    result.assert_outcomes(failed=2)
+    result.assert_outcomes(failed=3)
     result.stdout.fnmatch_lines(
         [
             "*fac.py:head_first: the inputs inferred from its first layer (2x32) do not fit it: "
@@ -478,7 +481,7 @@ def test_the_baseline_gates_generated_checks(
     fac: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     args = ("--nobreak-model", "fac.py:branchy", "--nobreak-baseline", "b.json")
-    run(fac, *args, "--nobreak-update-baseline").assert_outcomes(passed=2)
+    run(fac, *args, "--nobreak-update-baseline").assert_outcomes(passed=3)
     baseline = json.loads((fac.path / "b.json").read_text())
     assert "nobreak-model[fac.py:branchy]::compiles_whole" in json.dumps(baseline)
     monkeypatch.setenv("NB_BREAK", "1")
@@ -491,7 +494,7 @@ def test_the_baseline_gates_generated_checks(
 
 def test_xdist_workers_run_the_same_checks(fac: pytest.Pytester) -> None:
     result = fac.runpytest_subprocess(*QUIET, "--nobreak-model", "fac.py:mlp", "-n", "2")
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(passed=3)
 
 
 # ----------------------------------------------------------------------------- usage errors
