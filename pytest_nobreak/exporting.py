@@ -534,7 +534,11 @@ class _Checker:
                     for index, (o, r) in enumerate(_tensor_pairs(torch, out, ref)):
                         err, cos = rel_err(o, r), cosine(o, r)
                         if err > DYN_INT8_REL_TOL or cos < DYN_INT8_MIN_COSINE:
-                            shapes = [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]
+                            shapes = [
+                                tuple(t.shape)
+                                for t in [*args, *kwargs.values()]
+                                if isinstance(t, torch.Tensor)
+                            ]
                             report.add(
                                 BreakEvent(
                                     kind="export_mismatch",

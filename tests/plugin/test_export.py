@@ -458,6 +458,33 @@ def test_export_check_inside_watch_leaves_the_compile_figures_alone() -> None:
     assert report.figures().graphs == 0
 
 
+class _Cancel(torch.nn.Module):
+    """The difference of two nearly equal linears: the int8 errors do not cancel."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(32, 32)
+        self.b = torch.nn.Linear(32, 32)
+        with torch.no_grad():
+            self.b.weight.copy_(self.a.weight + 1e-4 * torch.randn(32, 32))
+            self.b.bias.copy_(self.a.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a(x) - self.b(x)
+
+
+def test_a_dut_program_off_eager_is_a_problem_at_each_size() -> None:
+    torch.manual_seed(0)
+    result = export_check(
+        _Cancel(), (torch.randn(4, 32),), dynamic_shapes=({0: Dim("batch")},), asic=True
+    )
+    off = [e for e in result.breaks if e.gb_type == "DUT program differs from eager"]
+    assert [e.kind for e in off] == ["export_mismatch", "export_mismatch"]
+    assert "output 0 on inputs [(4, 32)]: relative error" in off[0].reason
+    assert "output 0 on inputs [(5, 32)]: relative error" in off[1].reason
+    assert (off[0].detail, result.figures().export_problems) == ("on the DUT", 2)
+
+
 def test_export_check_on_the_dut_has_the_dut_figures() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
     result = export_check(
