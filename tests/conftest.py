@@ -76,3 +76,54 @@ def _every_mac_accounted() -> Iterator[None]:
 
     with checking_every_graph():
         yield
+
+
+# --------------------------------------------------------------------------- skips in CI
+
+#: Skips a CI run accepts: (reason prefix, why it is no gap). Empty: every test runs in CI, so
+#: a skip there is a test that silently stopped proving its claim (an import that broke, a
+#: browser that went missing) and fails the run.
+ALLOWED_CI_SKIPS: tuple[tuple[str, str], ...] = ()
+_skipped: list[tuple[str, str]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _note_skip(report)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    _note_skip(report)  # a module's importorskip skips all of its tests at collection
+
+
+def _note_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
+    if report.skipped and not hasattr(report, "wasxfail") and isinstance(report.longrepr, tuple):
+        reason = str(report.longrepr[2]).removeprefix("Skipped: ")
+        _skipped.append((report.nodeid, reason))
+
+
+def unexpected_skips(skipped: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The skips no entry of :data:`ALLOWED_CI_SKIPS` accepts."""
+    return [
+        (nodeid, reason)
+        for nodeid, reason in dict.fromkeys(skipped)  # each xdist worker reports a module's
+        if not any(reason.startswith(prefix) for prefix, _ in ALLOWED_CI_SKIPS)
+    ]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    import os
+
+    if not os.environ.get("CI") or hasattr(session.config, "workerinput"):
+        return
+    unexpected = unexpected_skips(_skipped)
+    if not unexpected:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = [f"CI: {len(unexpected)} test(s) skipped (tests/conftest.py ALLOWED_CI_SKIPS):"]
+    lines += [f"  {nodeid}: {reason}" for nodeid, reason in unexpected]
+    for line in lines:
+        if reporter is not None:
+            reporter.write_line(line, red=True)
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
