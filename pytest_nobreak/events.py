@@ -43,6 +43,9 @@ CORE_FIGURES = (
     "export_problems",
     "specialized_dims",
 )
+#: The figures of a test's exported programs: ``None`` (not 0) in a test that exported nothing,
+#: so reports show them only where a test exported.
+EXPORT_FIGURES = ("export_problems", "specialized_dims")
 #: The core figures every entry has. ``host_syncs`` and ``foreign_breaks`` came later: a
 #: baseline or report written before them lacks them, and there they are "not measured"
 #: (``None``), never zero.

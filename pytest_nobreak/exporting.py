@@ -37,8 +37,8 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from pytest_nobreak.events import OWN, BreakEvent
-from pytest_nobreak.monitor import CompileReport, GraphBreakError, Monitor
+from pytest_nobreak.events import BreakEvent
+from pytest_nobreak.monitor import CompileReport, GraphBreakError, Monitor, chained_event
 from pytest_nobreak.monitor import where_fields as _where
 from pytest_nobreak.sites import Frame, Location, is_user_file, library_name, locate
 
@@ -229,8 +229,8 @@ class _Checker:
         self.first_party = tuple(first_party)
         self.caller = caller
         self.report = ExportReport()
-        #: (input name, dim) -> the finding and expression of the first guard on it.
-        self.guards: dict[tuple[str, int], tuple[BreakEvent, str]] = {}
+        #: (input name, dim) -> the finding, expression and location of the first guard on it.
+        self.guards: dict[tuple[str, int], tuple[BreakEvent, str, Location]] = {}
 
     def run(self, modes: Sequence[str], *, draft: bool) -> ExportReport:
         report = self.report
@@ -293,16 +293,9 @@ class _Checker:
         text = str(exc)
         location = self._where_raised(exc)
         if isinstance(exc, self.torch._dynamo.exc.Unsupported):
-            parsed = tc.parse_graph_break_message(getattr(exc, "msg", text))
-            link = tc.gb_link(parsed.gb_type)
-            return BreakEvent(
-                kind="export_error",
-                gb_type=parsed.gb_type,
-                gb_id=tc.gb_id_of_link(link) or parsed.gb_id,
-                reason=parsed.explanation or parsed.gb_type,
-                hints=parsed.hints,
-                link=link,
-                **_where(location),
+            # Dynamo's break, as the compile path reads one (its chain, id, hints and docs).
+            return chained_event(
+                "export_error", tc.parse_chain(getattr(exc, "msg", text), text), location
             )
         lines = [ln.strip(" -") for ln in text.splitlines() if ln.strip()]
         head = lines[0] if lines else type(exc).__name__
@@ -331,20 +324,17 @@ class _Checker:
                 code = tb.tb_frame.f_code
                 frames.append(Frame(code.co_filename, tb.tb_lineno, code.co_name))
                 tb = tb.tb_next
-            stack = frames if any(self._user(f) for f in frames) else []
+            # It starts in this module: the caller's frames are not in it.
+            stack = frames if any(is_user_file(f.file, self.first_party) for f in frames) else []
         # Raised inside torch's tracer: the problem is the line that called into it.
         while stack and library_name(stack[-1].file) == "torch":
             stack.pop()
         if not stack:
             named = [Frame(m.group(1), int(m.group(2))) for m in _FILE_LINE.finditer(str(exc))]
-            stack = [f for f in named if self._user(f)][-1:]
+            stack = [f for f in named if is_user_file(f.file, self.first_party)][-1:]
         if not stack and self.guards:
-            return _location_of(next(iter(self.guards.values()))[0])
+            return next(iter(self.guards.values()))[2]
         return self._locate(stack)
-
-    def _user(self, frame: Frame) -> bool:
-        # The traceback starts in this module, so the caller's frames are not in it.
-        return is_user_file(frame.file, self.first_party)
 
     def _locate(self, stack: Sequence[Frame]) -> Location:
         """Where a problem is: its stack below the caller's (the test's line called it)."""
@@ -396,7 +386,7 @@ class _Checker:
                     dim = sources.get(source)
                     if dim is not None and re.search(rf"\b{symbol}\b", str(data["expr"])):
                         dims.add(dim)
-                        self.guards.setdefault(dim, (event, named))
+                        self.guards.setdefault(dim, (event, named, location))
             if kind == "GUARD_ADDED" and (dims <= relaxed or self.report.programs):
                 # Pending: the cause of a specialized AUTO dimension, or nothing. A guard that
                 # broke a declared range would have failed the export, and one did not (seen:
@@ -407,7 +397,7 @@ class _Checker:
     def _input_sources(self) -> dict[str, tuple[str, int]]:
         """``L['x'].size()[0]`` (how a guard names a dimension) -> (``x``, 0), per input."""
         out: dict[str, tuple[str, int]] = {}
-        for name, value in _combine_args(self.torch, self.model, self.args, self.kwargs).items():
+        for name, value in combine_args(self.model, self.args, self.kwargs).items():
             if isinstance(value, self.torch.Tensor):
                 for dim in range(value.dim()):
                     out[f"L[{name!r}].size()[{dim}]"] = (name, dim)
@@ -450,14 +440,17 @@ class _Checker:
         if not programs and self.report.draft is not None:
             programs = {"draft": self.report.draft}
         found: dict[str, tuple[BreakEvent, list[str]]] = {}
+        declared = _declared_dims(
+            self.torch, self.model, self.args, self.kwargs, self.dynamic_shapes
+        )
         for mode, program in programs.items():
-            for event in self._specialized_in(program):
+            for event in self._specialized_in(program, declared):
                 found.setdefault(event.gb_type, (event, []))[1].append(mode)
         for event, modes in found.values():
             shown = " and ".join(m for m in modes if m != "draft") or "draft_export"
             self.report.add(dataclasses.replace(event, detail=shown))
         # A guard that made a dimension static is that entry's cause, not a second problem.
-        for guard, _ in self.guards.values():
+        for guard, _, _ in self.guards.values():
             if guard.dedupe_key() in self.report.counts and any(
                 e.kind == "specialized_dim" and (e.file, e.line) == (guard.file, guard.line)
                 for e in self.report.events
@@ -465,16 +458,16 @@ class _Checker:
                 self.report.events.remove(guard)
                 del self.report.counts[guard.dedupe_key()]
 
-    def _specialized_in(self, program: Any) -> Iterator[BreakEvent]:
+    def _specialized_in(self, program: Any, declared: list[_Declared]) -> Iterator[BreakEvent]:
         torch = self.torch
-        declared = _declared_dims(torch, self.model, self.args, self.kwargs, self.dynamic_shapes)
-        placeholders = _user_input_values(torch, program, self.args, self.kwargs)
-        for (name, dim, label, low, high), value in _pair(declared, placeholders):
-            size = value.shape[dim] if dim < value.dim() else None
-            if size is None:
+        values = _user_input_values(torch, program)
+        for name, dim, label, low, high in declared:
+            value = values.get(name)
+            if value is None or dim >= value.dim():
                 continue
+            size = value.shape[dim]
             guard = self.guards.get((name, dim))
-            location = _location_of(guard[0]) if guard else self._locate([])
+            location = guard[2] if guard else self._locate([])
             caused = f" by the guard {guard[1]}" if guard else ""
             hint = _SPECIALIZED_HINT
             expr = size.node.expr if isinstance(size, torch.SymInt) else size
@@ -565,8 +558,8 @@ class _Checker:
         """The example inputs with each dynamic dimension one longer (one shorter at the top
         of its range); inputs sharing a dimension change together. ``None``: none is dynamic."""
         torch = self.torch
-        values = _user_input_values(torch, program, self.args, self.kwargs)
-        combined = _combine_args(torch, self.model, self.args, self.kwargs)
+        values = _user_input_values(torch, program)
+        combined = combine_args(self.model, self.args, self.kwargs)
         sizes: dict[Any, int] = {}
         changed: dict[int, Any] = {}
         for name, tensor in combined.items():
@@ -651,7 +644,8 @@ def _intern_table(torch: Any) -> dict[str, int]:
     return dict(getattr(structured, "INTERN_TABLE", {}))
 
 
-def _combine_args(torch: Any, model: Any, args: Any, kwargs: Any) -> dict[str, Any]:
+def combine_args(model: Any, args: Any, kwargs: Any) -> dict[str, Any]:
+    """The inputs of ``model(*args, **kwargs)`` by the names of its ``forward``'s parameters."""
     signature = inspect.signature(model.forward)
     return dict(signature.bind(*args, **kwargs).arguments)
 
@@ -665,16 +659,19 @@ def _input_path(name: str, model: Any, args: tuple[Any, ...]) -> str:
     return f"kwargs[{name!r}]"
 
 
+#: A dimension declared dynamic: (input name, dim, how it was declared, min, max or None).
+_Declared = tuple[str, int, str, int, "int | None"]
+
+
 def _declared_dims(
     torch: Any, model: Any, args: Any, kwargs: Any, dynamic_shapes: Any
-) -> list[tuple[str, int, str, int, int | None] | None]:
-    """Per input tensor (in the order of the program's user inputs), the dims declared
-    dynamic: ``(name, dim, label, min, max or None)``; ``None`` for an input without any."""
+) -> list[_Declared]:
+    """Every dimension of a top-level input tensor that ``dynamic_shapes`` declares dynamic."""
     if dynamic_shapes is None:
         return []
     from torch.export.dynamic_shapes import _DimHint, _DimHintType, _tree_map_with_path
 
-    combined = _combine_args(torch, model, args, kwargs)
+    combined = combine_args(model, args, kwargs)
     out: list[Any] = []
 
     def visit(path: Any, tensor: Any, spec: Any) -> None:
@@ -705,7 +702,7 @@ def _by_name(combined: dict[str, Any], dynamic_shapes: Any) -> Any:
     return dynamic_shapes
 
 
-def _user_input_values(torch: Any, program: Any, args: Any, kwargs: Any) -> dict[str, Any]:
+def _user_input_values(torch: Any, program: Any) -> dict[str, Any]:
     """The program's example values of the user's top-level tensor inputs, by name."""
     nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     out = {}
@@ -715,15 +712,6 @@ def _user_input_values(torch: Any, program: Any, args: Any, kwargs: Any) -> dict
             if isinstance(value, torch.Tensor):
                 out[spec.arg.name] = value
     return out
-
-
-def _pair(
-    declared: list[Any], values: dict[str, Any]
-) -> Iterator[tuple[tuple[str, int, str, int, int | None], Any]]:
-    for item in declared:
-        value = values.get(item[0])
-        if value is not None:
-            yield item, value
 
 
 def _bound(value: Any) -> Any:
@@ -747,7 +735,7 @@ def _named_autos(
     from torch.export.dynamic_shapes import _DimHint, _DimHintType
 
     relaxed: set[tuple[str, int]] = set()
-    by_name = _by_name(_combine_args(torch, model, args, kwargs), dynamic_shapes)
+    by_name = _by_name(combine_args(model, args, kwargs), dynamic_shapes)
     if not isinstance(by_name, Mapping):
         return dynamic_shapes, relaxed
 
@@ -801,17 +789,6 @@ def _finding_reason(kind: str, data: Mapping[str, Any]) -> str:
     if kind == "GUARD_ADDED":
         return f"tracing added the guard {data.get('expr')}, which the declared range violates"
     return str(data)[:200]
-
-
-def _location_of(event: BreakEvent) -> Location:
-    return Location(
-        event.file,
-        event.line,
-        event.source,
-        event.call_sites,
-        event.library,
-        event.owner or OWN,
-    )
 
 
 def _op_stack(program: Any, op: str) -> list[Frame]:

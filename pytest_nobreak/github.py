@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal, TextIO
 
 from pytest_nobreak.baseline import UPDATE_OPTION, Change, Comparison
-from pytest_nobreak.events import BreakEvent
+from pytest_nobreak.events import EXPORT_FIGURES, BreakEvent
 from pytest_nobreak.json_report import TestRecord
 
 __all__ = ["emit", "step_summary_markdown", "workflow_commands"]
@@ -115,10 +115,7 @@ def step_summary_markdown(records: Sequence[TestRecord], comparison: Comparison 
         name
         for name in _SUMMARY_FIGURES
         if (name != "foreign_breaks" or any(r.figures.foreign_breaks for r in rows))
-        and (
-            name not in ("export_problems", "specialized_dims")
-            or any(getattr(r.figures, name) is not None for r in rows)
-        )
+        and (name not in EXPORT_FIGURES or any(getattr(r.figures, name) is not None for r in rows))
     ]
     out += [
         "",

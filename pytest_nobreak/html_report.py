@@ -34,6 +34,7 @@ from pytest_nobreak.atomic import write_atomic
 from pytest_nobreak.baseline import Change, Comparison
 from pytest_nobreak.events import (
     CORE_FIGURES,
+    EXPORT_FIGURES,
     EXPORT_KINDS,
     OP_FAMILIES,
     OWN,
@@ -211,7 +212,6 @@ class _Row:
 
 #: The kinds of event that are no break of the graph: it ran whole, on the host or waiting.
 _NOT_BREAKS = ("host_fallback", "host_sync", *EXPORT_KINDS)
-_EXPORT_FIGURES = ("export_problems", "specialized_dims")
 
 
 # --------------------------------------------------------------------------- sections
@@ -292,7 +292,7 @@ def _table(rows: Sequence[_Row], *, asic: bool, baselined: bool, missing: set[st
     columns = [
         c
         for c in _COLUMNS
-        if (asic or c[0] in CORE_FIGURES) and (exported or c[0] not in _EXPORT_FIGURES)
+        if (asic or c[0] in CORE_FIGURES) and (exported or c[0] not in EXPORT_FIGURES)
     ]
     head = ["<th data-key='nodeid' data-type='text' aria-sort='ascending'>test</th>"]
     head += [

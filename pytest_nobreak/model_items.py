@@ -456,15 +456,13 @@ def _varying_dims(built: BuiltModel) -> dict[str, Any]:
     """``Dim.AUTO`` for each dimension of an input that the check's sizes vary (batch and
     sequence), by the forward's parameter names; AUTO, so inputs that share a size (ids and
     their mask) stay equal, and what the program made static is reported, not raised."""
-    import inspect
-
     import torch
     from torch.export import Dim
 
-    first, second = built.inputs(0), built.inputs(1)
-    signature = inspect.signature(built.module.forward)
-    one = signature.bind(*first[0], **first[1]).arguments
-    two = signature.bind(*second[0], **second[1]).arguments
+    from pytest_nobreak.exporting import combine_args
+
+    one = combine_args(built.module, *built.inputs(0))
+    two = combine_args(built.module, *built.inputs(1))
     out: dict[str, Any] = {}
     for name, value in one.items():
         other = two.get(name)

@@ -504,7 +504,7 @@ class Monitor:
         if len(chain) == 1:
             # Dynamo's own type, when the message's first line is not it (a StepUnsupported).
             chain = [dataclasses.replace(chain[0], gb_type=raw.gb_type)]
-        event = _chained_event(kind, chain, self._locate(raw.stack))
+        event = chained_event(kind, chain, self._locate(raw.stack))
         with self._lock:
             if kind != "graph_break":
                 self._skip_compile_ids.add(raw.compile_id)
@@ -533,7 +533,7 @@ class Monitor:
                 **where_fields(location),
             )
         else:
-            event = _chained_event("compile_error", chain, location)
+            event = chained_event("compile_error", chain, location)
         self._add(dataclasses.replace(event, detail=raw.exc_type))
 
     def on_silent_eager(self, raw: tc.RawSilentEager) -> None:
@@ -732,7 +732,7 @@ def where_fields(location: Location) -> dict[str, Any]:
     }
 
 
-def _chained_event(
+def chained_event(
     kind: BreakKind, chain: Sequence[tc.ParsedMessage], location: Location
 ) -> BreakEvent:
     """The event of a break and the breaks it caused (``chain``, root cause first): about the

@@ -29,7 +29,13 @@ from pytest_nobreak.baseline import (
     write_baseline,
 )
 from pytest_nobreak.config import NobreakConfig
-from pytest_nobreak.events import OWN, REQUIRED_ASIC_FIGURES, REQUIRED_CORE_FIGURES, Figures
+from pytest_nobreak.events import (
+    EXPORT_FIGURES,
+    OWN,
+    REQUIRED_ASIC_FIGURES,
+    REQUIRED_CORE_FIGURES,
+    Figures,
+)
 from pytest_nobreak.json_report import TestRecord
 from pytest_nobreak.model_items import model_notes
 from pytest_nobreak.render import event_line, percent, short_path
@@ -452,9 +458,6 @@ _COLUMNS = (
     ("cycles", "cycles"),
 )
 _ASIC_COLUMNS = ("dut_ops", "host_fallbacks", "dut%", "cycles")
-#: ``export`` (the problems of the test's exported programs) and ``static`` (the dynamic
-#: dimensions among them that came out static or narrowed), in a run where a test exported.
-_EXPORT_COLUMNS = ("export_problems", "specialized_dims")
 
 
 #: The narrowest a node id is shortened to, however narrow the terminal: the figures after it
@@ -507,14 +510,14 @@ def figures_table(
     # The export figures wherever a test exported: there a zero is the verdict.
     shown |= {
         name
-        for name in _EXPORT_COLUMNS
+        for name in EXPORT_FIGURES
         if any(getattr(r.figures, name) is not None for r in records)
     }
     columns = [
         c
         for c in _COLUMNS
         if (asic or c[0] not in _ASIC_COLUMNS)
-        and (c[0] not in ("host_syncs", "foreign_breaks", *_EXPORT_COLUMNS) or c[0] in shown)
+        and (c[0] not in ("host_syncs", "foreign_breaks", *EXPORT_FIGURES) or c[0] in shown)
     ]
     rows = [[_cell(r.figures, name) for name, _ in columns] for r in records]
     # As wide as the widest value (cycles of a big model run to 8 digits), so columns line up.

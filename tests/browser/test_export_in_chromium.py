@@ -6,7 +6,6 @@ report, so nothing is exported."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import pytest
 from pytest_nobreak.events import BreakEvent, Figures
 from pytest_nobreak.html_report import render_html
 from pytest_nobreak.json_report import TestRecord, build_report
-from tests.browser.chromium import console_errors, driver_or_skip, open_page, visible_ids
+from tests.browser.chromium import console_errors, visible_ids
 
 SPECIALIZED = BreakEvent(
     kind="specialized_dim",
@@ -57,18 +56,6 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     document = json.loads(json.dumps(build_report("2.13.0", "eager", "", RECORDS)))
     path.write_text(render_html(document), encoding="utf-8")
     return path
-
-
-@pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
-    yield from driver_or_skip()
-
-
-@pytest.fixture
-def opened(driver: Any, page: Path) -> Any:
-    open_page(driver, page.as_uri())
-    console_errors(driver)
-    return driver
 
 
 def column(driver: Any, key: str) -> list[str]:

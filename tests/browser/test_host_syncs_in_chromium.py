@@ -6,7 +6,6 @@ run without compiling anything."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import pytest
 from pytest_nobreak.events import BreakEvent, Figures, GemmRecord
 from pytest_nobreak.html_report import render_html
 from pytest_nobreak.json_report import TestRecord, build_report
-from tests.browser.chromium import console_errors, driver_or_skip, open_page
+from tests.browser.chromium import console_errors, open_page
 
 ROOF = {"peak_ops_per_s": 32.8e12, "bandwidth_bytes_per_s": 100e9, "description": "default"}
 GEMM = GemmRecord("default", "matmul", 2, 8, 8, 1, 128, 100, 0.5, 0.5, 0.4, 2.0, 1e10, "memory")
@@ -110,18 +109,6 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("html-syncs") / "report.html"
     path.write_text(render_html(document), encoding="utf-8")
     return path
-
-
-@pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
-    yield from driver_or_skip()
-
-
-@pytest.fixture
-def opened(driver: Any, page: Path) -> Any:
-    open_page(driver, page.as_uri())
-    console_errors(driver)  # only this test's errors are looked at
-    return driver
 
 
 def visible_ids(driver: Any) -> list[str]:

@@ -8,14 +8,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from asic_backend import host_gemm
-from tests.browser.chromium import console_errors, driver_or_skip, open_page
+from tests.browser.chromium import console_errors, open_page
 
 PAYLOAD = "</script><script>document.title='pwned'</script><b class=pwned>x</b>"
 MODELS = f"""
@@ -107,18 +106,6 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     second = run(path, "--nobreak-html", "out/report.html", broken=True)
     assert "nobreak: HTML report written to out/report.html" in second.stdout, second.stdout
     return path / "out" / "report.html"
-
-
-@pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
-    yield from driver_or_skip()
-
-
-@pytest.fixture
-def opened(driver: Any, page: Path) -> Any:
-    open_page(driver, page.as_uri())
-    console_errors(driver)  # only this test's errors are looked at
-    return driver
 
 
 def visible_ids(driver: Any) -> list[str]:

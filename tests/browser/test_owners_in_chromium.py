@@ -6,7 +6,6 @@ from a constructed report, so nothing is compiled."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import pytest
 
 from pytest_nobreak.html_report import render_html
 from pytest_nobreak.json_report import build_report
-from tests.browser.chromium import console_errors, driver_or_skip, open_page, visible_ids
+from tests.browser.chromium import console_errors, open_page, visible_ids
 from tests.unit.test_owner_reports import MINE, THEIRS, TORCHS, record
 
 HF = dataclasses.replace(THEIRS, library=None)
@@ -35,18 +34,6 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("html-owners") / "report.html"
     path.write_text(render_html(build_report("2.13.0", "eager", "", RECORDS)), encoding="utf-8")
     return path
-
-
-@pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
-    yield from driver_or_skip()
-
-
-@pytest.fixture
-def opened(driver: Any, page: Path) -> Any:
-    open_page(driver, page.as_uri())
-    console_errors(driver)
-    return driver
 
 
 def test_the_owner_filter_shows_the_tests_with_breaks_in_that_code(opened: Any, page: Path) -> None:
