@@ -83,6 +83,32 @@ def size_branch():
     return SizeBranch()
 
 
+class Capped(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        if x.shape[0] > 4:  # a batch of at most 4: the exported range narrows to [2, 4]
+            x = x[:4]
+        return self.fc(x)
+
+
+def capped():
+    return Capped()
+
+
+class Pinned(Capped):
+    def forward(self, x):
+        if x.shape[0] == 2:  # the example's batch: the exported program only takes 2
+            return self.fc(x) * 2
+        return self.fc(x)
+
+
+def pinned():
+    return Pinned()
+
+
 class Mixed(nn.Module):
     def __init__(self):
         super().__init__()
@@ -359,6 +385,27 @@ def test_no_recompile_fails_naming_the_guard(fac: pytest.Pytester) -> None:
             "   why: *size mismatch at index 0. expected 2, actual 3*",
         ]
     )
+
+
+def test_exports_reports_a_narrowed_range_and_fails_a_static_one(fac: pytest.Pytester) -> None:
+    result = run(
+        fac,
+        *("--nobreak-model", "fac.py:capped", "--nobreak-model", "fac.py:pinned"),
+        *("-k", "exports", "--nobreak-json", "r.json"),
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*1. dynamic dimension specialized: args[[]0[]] dim 0 (Dim.AUTO)",
+            "*why: declared dynamic (Dim.AUTO), exported static: 2*",
+        ]
+    )
+    tests = json.loads((fac.path / "r.json").read_text())["tests"]
+    capped = tests["nobreak-model[fac.py:capped]::exports"]
+    assert (capped["outcome"], capped["specialized_dims"]) == ("passed", 1)
+    (narrowed,) = capped["breaks"]
+    assert "exported in [2, 4]" in narrowed["reason"]
+    assert tests["nobreak-model[fac.py:pinned]::exports"]["outcome"] == "failed"
 
 
 def test_on_dut_passes_within_the_int8_bound(fac: pytest.Pytester) -> None:
