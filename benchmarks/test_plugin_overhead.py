@@ -65,9 +65,11 @@ def test_suite_wall_time(benchmark, suite: Path, mode: tuple[str, ...]) -> None:
     benchmark.pedantic(run_suite, args=(suite, *mode, *smoke), rounds=5, warmup_rounds=1)
 
 
-# Counting host syncs: a graph that has one is called through a wrapper that counts each call.
-# Per call, in a fresh process per mode (once the taps are installed they stay, so "off" must
-# be a process where the plugin never watched): a graph with one `int()` read, and a clean one.
+# Counting what runs: every compiled graph is called through a wrapper that counts each call
+# (the graphs a test ran, the breaks it crossed, a graph's host syncs), whenever it was
+# compiled. Per call, in a fresh process per mode (once the taps are installed they stay, so
+# "off" must be a process where the plugin never watched): a graph with one `int()` read, and
+# a clean one.
 PER_CALL = """
 import sys, time, torch
 torch._dynamo.config.capture_scalar_outputs = True

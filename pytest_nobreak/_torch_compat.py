@@ -25,7 +25,10 @@ the plugin silently reporting zero breaks:
   ``"eager_on_recompile"`` or ``torch._dynamo.config.disable``, which leave no other trace.
 - ``OutputGraph.call_user_compiler``: where Dynamo hands each graph to the backend. The graph's
   host syncs (:mod:`asic_backend.host_syncs`) are read there, and the compiled callable it
-  returns is wrapped, for graphs that have any, to count each call. A backend that goes through
+  returns is wrapped to count each call: a test counts the graphs it runs, the breaks of
+  their compile (recorded with the compile, in ``FrameRecord``) and their syncs, whenever
+  they were compiled. A frame Dynamo gave up on is seen again where its region is entered
+  (the stance tap below). A backend that goes through
   AOTAutograd runs ``graph_compile._apply_tensorify_python_scalars`` first, which turns a float
   ``.item()`` used only in tensor math back into tensor ops: the syncs of such a graph are read
   from the graph that pass leaves (tapped too), which is what runs.
@@ -58,6 +61,7 @@ import torch._dynamo.utils as _dynamo_utils
 from torch._dynamo import config as _dynamo_config
 from torch._functorch import config as _functorch_config
 
+from pytest_nobreak.events import FRAME_SKIP_REASON
 from pytest_nobreak.sites import Frame
 
 MIN_TORCH = (2, 9)
@@ -307,6 +311,25 @@ class RawGraphBreak:
     msg: str
     stack: tuple[Frame, ...]
     compile_id: str | None
+    #: Dynamo's own part of ``stack``, from the compiled frame in: a later call of the frame's
+    #: graph puts its own callers above it (:meth:`RawGraph.stack_of`).
+    inner: tuple[Frame, ...] = ()
+    #: The compile this break was logged in, when the entry tap saw it start.
+    frame: FrameRecord | None = dataclasses.field(default=None, compare=False, repr=False)
+
+
+@dataclasses.dataclass(eq=False)
+class FrameRecord:
+    """One compile of a frame by Dynamo: what it compiled (``site``: file, first line and
+    name of the function, a module's ``forward`` rather than torch's wrapper around it) and
+    the breaks it logged. Its graphs keep it for as long as Dynamo keeps them, so a graph
+    called long after its compile (by a later test) still names the breaks around it."""
+
+    site: tuple[str, int, str]
+    #: The file and name of the frame's own code (torch's wrapper for a compiled module), as
+    #: it runs when its compiled code is called.
+    code: tuple[str, str]
+    breaks: list[RawGraphBreak] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -380,14 +403,76 @@ class RawGraphSyncs:
         compiled in one test and called from another is that other test's), else
         ``compiled_from``. Walks the stack: call it once per graph and watched block."""
         root = next((site.traced[0] for site in self.sites if site.traced), None)
-        if root is not None:
-            frame: Any = sys._getframe(1)
-            while frame is not None:
-                code = frame.f_code
-                if code.co_filename == root.file and code.co_name == root.function:
-                    return tuple(reversed(_frames_outward(frame.f_back)))
-                frame = frame.f_back
-        return self.compiled_from
+        found = None if root is None else _callers_of(root.file, root.function, 2)
+        return self.compiled_from if found is None else found
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RawGraph:
+    """A graph Dynamo compiled, sent on each of its calls (compared by identity: a monitor
+    counts what ran per graph, whenever it was compiled).
+
+    ``key``: the graph as the user reads it, the same for a recompile of the same code into
+    the same ops (a dynamic-shape graph after a static one): the compiled function's site and
+    the graph's ops, symbolic-size arithmetic left out. ``frame``: the compile it came from,
+    with the breaks logged there, which each call of the graph crosses. ``syncs``: its host
+    syncs, if any.
+    """
+
+    key: tuple[object, ...]
+    frame: FrameRecord
+    syncs: RawGraphSyncs | None = None
+
+    def callers(self) -> tuple[Frame, ...] | None:
+        """The callers of the compiled frame in this call, outermost first (``None`` if it is
+        not on the stack). Walks the stack: call it once per graph and watched block."""
+        file, name = self.frame.code
+        return _callers_of(file, name, 2)
+
+    def stack_of(self, raw: RawGraphBreak, callers: tuple[Frame, ...] | None) -> tuple[Frame, ...]:
+        """The stack of one of the frame's breaks in this call: ``callers``, then Dynamo's part
+        (what it was when the break was logged if the callers are not known)."""
+        if callers is None or not raw.inner:
+            return raw.stack
+        return _merge_resumed([*callers, *raw.inner])
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RawEagerRun:
+    """A compiled function entered again after Dynamo gave up on it (it runs eagerly, with no
+    compile): ``frame`` is the compile that gave up, ``callers`` who entered it now."""
+
+    frame: FrameRecord
+    callers: tuple[Frame, ...]
+
+    def stacks(self) -> list[tuple[RawGraphBreak, tuple[Frame, ...]]]:
+        """Each break of the compile, with its stack in this call."""
+        return [
+            (b, _merge_resumed([*self.callers, *b.inner]) if b.inner else b.stack)
+            for b in list(self.frame.breaks)
+        ]
+
+
+#: The compiles that gave up on a whole frame, by what was compiled (``FrameRecord.site``):
+#: Dynamo runs such a frame eagerly from then on, and only an entry into it can tell.
+_given_up: dict[tuple[str, int, str], FrameRecord] = {}
+
+
+def gave_up_on(record: FrameRecord) -> bool:
+    """Whether Dynamo still runs what ``record`` compiled eagerly (no compile since)."""
+    return _given_up.get(record.site) is record
+
+
+def _callers_of(file: str | None, function: str | None, depth: int) -> tuple[Frame, ...] | None:
+    """The frames above the innermost running frame of ``function`` in ``file``, outermost
+    first, or ``None`` when no such frame runs."""
+    frame: Any = sys._getframe(depth)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename == file and code.co_name == function:
+            return tuple(reversed(_frames_outward(frame.f_back)))
+        frame = frame.f_back
+    return None
 
 
 def _frames_outward(frame: Any) -> list[Frame]:
@@ -423,7 +508,9 @@ class Sink(Protocol):
 
     def on_limit_hit(self, event: RawLimitHit) -> None: ...
 
-    def on_host_syncs(self, event: RawGraphSyncs) -> None: ...
+    def on_graph_run(self, event: RawGraph) -> None: ...
+
+    def on_eager_run(self, event: RawEagerRun) -> None: ...
 
 
 _sinks: list[Sink] = []
@@ -470,15 +557,20 @@ def _stack_above_dynamo(depth: int) -> list[Frame]:
 
 def _user_stack(real_stack: Any, compiled: Frame | None, depth: int) -> tuple[Frame, ...]:
     """The callers above Dynamo, then its ``real_stack`` (else the ``compiled`` frame, where
-    Dynamo was when it gave up), outermost first.
+    Dynamo was when it gave up), outermost first (see :func:`_merge_resumed`)."""
+    return _merge_resumed([*_stack_above_dynamo(depth + 1), *_inner(real_stack, compiled)])
 
-    After a break, Dynamo runs the rest of the frame as a ``torch_dynamo_resume_in_f_at_N``
+
+def _inner(real_stack: Any, compiled: Frame | None) -> list[Frame]:
+    return _frames(real_stack) or ([compiled] if compiled is not None else [])
+
+
+def _merge_resumed(frames: list[Frame]) -> tuple[Frame, ...]:
+    """After a break, Dynamo runs the rest of the frame as a ``torch_dynamo_resume_in_f_at_N``
     function called from ``f`` itself; that pair is one frame of the user's code, ``f`` at the
-    resume function's line.
-    """
-    inner = _frames(real_stack) or ([compiled] if compiled is not None else [])
+    resume function's line."""
     out: list[Frame] = []
-    for frame in [*_stack_above_dynamo(depth + 1), *inner]:
+    for frame in frames:
         resumed = _RESUME_RE.match(frame.function or "")
         if resumed and out and out[-1].function == resumed["name"]:
             out[-1] = Frame(frame.file, frame.line, resumed["name"])
@@ -505,21 +597,27 @@ def _install_taps() -> None:
         @functools.wraps(original_log)
         def log_graph_break(self: Any, code_options: Any, reason: str, exc: Any) -> None:
             __tracebackhide__ = True  # a tap: not in the user's tracebacks
-            if _sinks and not getattr(exc, "logged", False):
+            compiling = _compiling_frame()
+            if (_sinks or compiling is not None) and not getattr(exc, "logged", False):
                 msg = getattr(exc, "msg", None) or str(exc)
                 code = self.f_code
                 here = Frame(code.co_filename, getattr(self, "lineno", None), code.co_name)
-                stack = _user_stack(getattr(exc, "real_stack", None), here, 1)
-                _dispatch(
-                    "on_graph_break",
-                    RawGraphBreak(
-                        reason=reason,
-                        gb_type=getattr(exc, "gb_type", None) or msg.splitlines()[0],
-                        msg=msg,
-                        stack=stack,
-                        compile_id=current_compile_id(),
-                    ),
+                real_stack = getattr(exc, "real_stack", None)
+                raw = RawGraphBreak(
+                    reason=reason,
+                    gb_type=getattr(exc, "gb_type", None) or msg.splitlines()[0],
+                    msg=msg,
+                    stack=_user_stack(real_stack, here, 1),
+                    compile_id=current_compile_id(),
+                    inner=tuple(_inner(real_stack, here)),
+                    frame=compiling,
                 )
+                if compiling is not None:
+                    compiling.breaks.append(raw)
+                    if reason.startswith(FRAME_SKIP_REASON):
+                        _given_up[compiling.site] = compiling
+                if _sinks:
+                    _dispatch("on_graph_break", raw)
             original_log(self, code_options, reason, exc)
 
         InstructionTranslatorBase.log_graph_break = log_graph_break  # type: ignore[method-assign]
@@ -533,6 +631,8 @@ def _install_taps() -> None:
                 cause = _silent_eager_cause()
                 if cause is not None:
                     _dispatch("on_silent_eager", _silent_eager_event(cause))
+                elif _given_up:
+                    _replay_given_up()
             return original_stance(callback)
 
         _eval_frame._callback_from_stance = callback_from_stance
@@ -555,6 +655,20 @@ def _install_entry_tap() -> None:
     @functools.wraps(original)
     def call(self: Any, frame: Any, cache_entry: Any, frame_state: Any) -> Any:
         __tracebackhide__ = True  # a tap: not in the user's tracebacks
+        # Whether or not anyone listens: the graphs compiled here may run in a watched block
+        # later, and then they name this compile's breaks.
+        records = _frame_records()
+        record = _frame_record(frame)
+        records.append(record)
+        try:
+            return _entered(self, frame, cache_entry, frame_state)
+        finally:
+            records.pop()
+            if _given_up.get(record.site, record) is not record:
+                del _given_up[record.site]  # compiled again (after a reset): no longer given up
+
+    def _entered(self: Any, frame: Any, cache_entry: Any, frame_state: Any) -> Any:
+        __tracebackhide__ = True  # a tap: not in the user's tracebacks
         if not _sinks:
             return original(self, frame, cache_entry, frame_state)
         if cache_entry is not None:
@@ -575,6 +689,29 @@ def _install_entry_tap() -> None:
                 _dispatch("on_frame", _read_counters() - before)
 
     wrapper.__call__ = call  # type: ignore[method-assign]
+
+
+def _frame_records() -> list[FrameRecord]:
+    """The compiles this thread is in, innermost last."""
+    records: list[FrameRecord] | None = getattr(_entry, "records", None)
+    if records is None:
+        records = _entry.records = []
+    return records
+
+
+def _compiling_frame() -> FrameRecord | None:
+    records = getattr(_entry, "records", None)
+    return records[-1] if records else None
+
+
+def _frame_record(frame: Any) -> FrameRecord:
+    code = frame.f_code
+    name, definition = _compiled_callable(frame)
+    if definition is None or definition.file is None:
+        site = (code.co_filename, code.co_firstlineno, code.co_name)
+    else:
+        site = (definition.file, definition.line or 0, name or code.co_name)
+    return FrameRecord(site=site, code=(code.co_filename, code.co_name))
 
 
 def _install_metrics_tap() -> None:
@@ -603,10 +740,10 @@ _NOT_COMPILING: Any = object()
 def _install_compiler_tap() -> None:
     """Read each graph's host syncs where Dynamo hands it to the backend, and count its calls.
 
-    A graph without syncs gets back the very callable its backend made: nothing is added to
-    its calls. One with syncs is called through a wrapper that tells the sinks (one list check
-    when there are none). The wrapper is installed whether a sink listens or not, so that a
-    test calling code compiled before it (an observed test) still counts its syncs.
+    Every graph is called through a wrapper that tells the sinks of each call (one list check
+    when there are none): what a test runs is counted whether it compiled it itself, an
+    earlier test did, or it was compiled before any test. The wrapper is installed whether a
+    sink listens or not, for that reason.
     """
     from asic_backend.host_syncs import find_host_syncs
 
@@ -618,6 +755,7 @@ def _install_compiler_tap() -> None:
         if getattr(self, "export", False):
             return original(self, gm, example_inputs)
         traced = _analysed(find_host_syncs, gm)  # before the backend, which may rewrite it
+        key = _graph_key(gm)
         # A float read may be turned back into tensor math by AOTAutograd, whose graph tells;
         # a hit in its cache skips that graph, and the count would depend on the cache.
         uncached = (
@@ -634,33 +772,76 @@ def _install_compiler_tap() -> None:
         finally:
             _compiling.aot = outer
         syncs = traced if aot is None else _as_traced(aot, traced)
-        if not syncs:
-            return compiled
-        compiled = _real_forward(compiled)
-        graph = RawGraphSyncs(
-            tuple(
-                SyncSite(
-                    op=sync.op,
-                    form=sync.form,
-                    fix=sync.fix,
-                    count=sync.count,
-                    traced=tuple(Frame(f, line, fn) for f, line, fn in sync.frames),
-                )
-                for sync in syncs
-            ),
-            compiled_from=tuple(_stack_above_dynamo(1)),
+        frame = _compiling_frame() or _root_record(self)
+        graph = RawGraph(
+            key=(frame.site, key),
+            frame=frame,
+            syncs=_graph_syncs(syncs) if syncs else None,
         )
+        compiled = _real_forward(compiled)
 
         def counted(*args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True  # a tap: not in the user's tracebacks
             if _sinks:
-                _dispatch("on_host_syncs", graph)
+                _dispatch("on_graph_run", graph)
             return compiled(*args, **kwargs)
 
         return counted
 
     _output_graph.OutputGraph.call_user_compiler = call_user_compiler  # type: ignore[method-assign]
     _install_aot_tap(find_host_syncs)
+
+
+def _graph_syncs(syncs: tuple[Any, ...]) -> RawGraphSyncs:
+    return RawGraphSyncs(
+        tuple(
+            SyncSite(
+                op=sync.op,
+                form=sync.form,
+                fix=sync.fix,
+                count=sync.count,
+                traced=tuple(Frame(f, line, fn) for f, line, fn in sync.frames),
+            )
+            for sync in syncs
+        ),
+        compiled_from=tuple(_stack_above_dynamo(2)),
+    )
+
+
+#: Graph nodes that only compute sizes: a dynamic-shape graph has them, its static twin not.
+_SIZE_METHODS = frozenset({"size", "dim", "stride", "numel"})
+
+
+def _graph_key(gm: Any) -> tuple[str, ...]:
+    """The ops of a graph, in order, without the arithmetic on symbolic sizes."""
+    try:
+        out = []
+        for node in gm.graph.nodes:
+            if node.op == "call_method" and node.target not in _SIZE_METHODS:
+                out.append(f"method:{node.target}")
+            elif node.op == "call_module":
+                out.append(f"module:{node.target}")
+            elif node.op == "call_function":
+                target = node.target
+                module = getattr(target, "__module__", None) or ""
+                name = getattr(target, "__name__", None) or str(target)
+                if module in ("_operator", "operator", "math") or name.startswith("sym_"):
+                    continue
+                out.append(f"{module}.{name}")
+        return tuple(out)
+    except Exception:  # a graph the key cannot read is its own graph
+        return (f"graph:{id(gm)}",)
+
+
+def _root_record(output: Any) -> FrameRecord:
+    """A compile the entry tap did not see start (a graph compiled some other way)."""
+    code = getattr(getattr(output, "root_tx", None), "f_code", None)
+    if code is None:
+        return FrameRecord(site=("<unknown>", 0, "<graph>"), code=("<unknown>", "<graph>"))
+    return FrameRecord(
+        site=(code.co_filename, code.co_firstlineno, code.co_name),
+        code=(code.co_filename, code.co_name),
+    )
 
 
 def _real_forward(compiled: Any) -> Any:
@@ -808,6 +989,18 @@ def _silent_eager_cause() -> str | None:
     return None
 
 
+def _replay_given_up() -> None:
+    """Tell the sinks if the region being entered is a frame Dynamo gave up on."""
+    # As for a silent eager run: the compiled function is in the locals of Dynamo's wrapper.
+    described = _describe_callable(sys._getframe(2).f_locals.get("fn"))
+    definition = described[1] if described is not None else None
+    if described is None or definition is None:
+        return
+    record = _given_up.get((definition.file or "", definition.line or 0, described[0]))
+    if record is not None:
+        _dispatch("on_eager_run", RawEagerRun(record, tuple(_stack_above_dynamo(2))))
+
+
 def _silent_eager_event(cause: str) -> RawSilentEager:
     # The compiled function is a closure variable of Dynamo's wrapper one frame up; its callers
     # further up are where the user entered the region.
@@ -892,6 +1085,13 @@ def untapped() -> Iterator[None]:
         yield
     finally:
         _sinks[:] = [*saved, *(sink for sink in _sinks if sink not in saved)]
+
+
+def install_taps() -> None:
+    """Tap Dynamo now, with no sink yet: graphs compiled from here on are counted wherever
+    they run later. Raises ``TorchCompatError`` for a torch that cannot be watched."""
+    check_torch()
+    _install_taps()
 
 
 def silent_eager_now() -> str | None:

@@ -19,6 +19,8 @@ import dataclasses
 import functools
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -65,6 +67,19 @@ class AsicCounts:
             module = sys.modules.get(_MODULE)
             if module is not None:
                 self._join(module, seed=True)
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Count nothing that runs in the block."""
+        self.poll()
+        joined = self in _listeners
+        if joined:
+            _listeners.remove(self)
+        try:
+            yield
+        finally:
+            if joined and self._running:
+                _listeners.append(self)
 
     def stop(self) -> None:
         self.poll()

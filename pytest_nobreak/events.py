@@ -57,6 +57,8 @@ REQUIRED_ASIC_FIGURES = ("dut_ops", "host_fallbacks", "macs", "cycles")
 ALL_FIGURES = CORE_FIGURES + ASIC_FIGURES
 #: ``BreakEvent.gb_type`` of a host fallback is this prefix and the op (``Host fallback: conv2d``).
 HOST_FALLBACK_PREFIX = "Host fallback: "
+#: Dynamo's reason for a break that made it give up on the whole frame (it runs eagerly).
+FRAME_SKIP_REASON = "Failed to handle graph break gracefully"
 #: The kinds whose events count the calls that ran them (``BreakEvent.calls``).
 COUNTED_KINDS = ("host_fallback", "host_sync")
 #: ``BreakEvent.owner`` of a problem in the user's own code (see :mod:`pytest_nobreak.sites`);

@@ -28,6 +28,7 @@ from pytest_nobreak.asic_counts import AsicCounts, minus
 from pytest_nobreak.events import (
     EXPORT_KINDS,
     FOREIGN_KINDS,
+    FRAME_SKIP_REASON,
     HOST_FALLBACK_PREFIX,
     SCOPES,
     BreakEvent,
@@ -54,11 +55,10 @@ class GraphBreakError(AssertionError):
         self.breaks = tuple(breaks)
 
 
-# Dynamo's wording for a break that made it give up on the whole frame, and for one after which
-# it compiled what came before and ran the rest of the frame eagerly. Any other break split the
-# frame it was logged for, whatever its type (a `skip_frame()` in a nested call splits the
-# caller; the nested frame's own skip is logged again when it runs).
-_FRAME_SKIP_REASON = "Failed to handle graph break gracefully"
+# Dynamo's wording for a break that made it give up on the whole frame (FRAME_SKIP_REASON), and
+# for one after which it compiled what came before and ran the rest of the frame eagerly. Any
+# other break split the frame it was logged for, whatever its type (a `skip_frame()` in a nested
+# call splits the caller; the nested frame's own skip is logged again when it runs).
 _PARTIAL_SKIP_REASON = "Encountered graph break that we cannot resume"
 _BACKEND_GB_TYPE = "Backend compiler exception"
 _LIMIT_GB_TYPE = "Dynamo recompile limit exceeded"
@@ -99,12 +99,17 @@ class CompileReport:
     #: id(graph) -> [graph, calls, callers] of the compiled graphs with host syncs the block
     #: ran, while it runs (``None`` once their events are made, or before the block starts).
     _sync_calls: dict[int, list[Any]] | None = None
+    #: The keys of the graphs the block ran (``_torch_compat.RawGraph.key``), in order.
+    _graph_keys: dict[tuple[object, ...], None] = dataclasses.field(default_factory=dict)
 
     # ----------------------------------------------------------------- figures
 
     @property
     def graphs(self) -> int:
-        return self._counted.graphs if self._counted is not None else 0
+        """Graphs the block ran, whenever they were compiled: one per compiled function and
+        set of ops (a recompile of the same code into the same ops, such as a dynamic-shape
+        graph after a static one, is the same graph; each piece a break splits off is one)."""
+        return len(self._graph_keys)
 
     @property
     def eager_frames(self) -> int:
@@ -116,8 +121,9 @@ class CompileReport:
 
     @property
     def graph_breaks(self) -> int:
-        """Breaks that split a graph (the events, not ``counters["graph_break"]``, which misses
-        data-dependent jumps)."""
+        """Breaks that split a graph which the block ran through, whenever they were compiled:
+        each break once per compiled function it splits (the events, not
+        ``counters["graph_break"]``, which misses data-dependent jumps)."""
         return sum(self.counts[e.dedupe_key()] for e in self.events if e.kind == "graph_break")
 
     @property
@@ -365,7 +371,8 @@ class Monitor:
 
     ``reset``: start from a clean Dynamo (``torch._dynamo.reset()``, cleared counters and
     compile metrics) and zeroed simulated devices, so nothing compiled before can hide a break.
-    Without it the monitor changes no state: the figures count what the block compiled itself.
+    Without it the monitor changes no state: the figures count what the block ran, whenever it
+    was compiled (``recompiles`` only what it compiled itself).
 
     ``reports``: whoever started it reports what it sees (a marked test's failure,
     ``watch()``'s ``check()``). Dynamo's multi-line graph-break WARNINGs are then kept from the
@@ -398,6 +405,20 @@ class Monitor:
         self._limit_hits: list[tuple[tc.RawLimitHit, Location | None]] = []
         self._last_recompile: Location | None = None
         self._skip_compile_ids: set[str | None] = set()
+        #: id(graph) -> its callers in the block's first call of it, for the graphs it ran.
+        self._ran: dict[int, tuple[Frame, ...] | None] = {}
+        #: The compiles (``FrameRecord``) whose graphs ran in the block, by id.
+        self._frames_ran: set[int] = set()
+        #: The compiled functions the block ran eagerly because Dynamo gave up on them.
+        self._eager_sites: set[tuple[str, int, str]] = set()
+        #: ... and those entered after a compile before the block gave up on them, with the
+        #: breaks that compile logged.
+        self._eager_entered: dict[tuple[str, int, str], tuple[Any, list[BreakEvent]]] = {}
+        #: (compiled function, break) pairs the block ran through.
+        self._crossed: set[tuple[object, ...]] = set()
+        #: Breaks logged in the block, kept until its end: those of a compile whose graph ran
+        #: are counted from the run (with the caller of that run); the others from here.
+        self._logged: list[tuple[tc.RawGraphBreak, BreakEvent]] = []
 
     @property
     def root(self) -> str:
@@ -449,12 +470,26 @@ class Monitor:
         report = self.report
         report._asic.stop()
         self._collect_metrics(_torch_compat)
+        self._collect_logged_breaks(_torch_compat)
         run = report._asic.total
         if run is not None:
             report.run_macs = run.macs + run.host_macs
         self._collect_host_fallbacks()
         self._collect_host_syncs()
         return report
+
+    @contextmanager
+    def apart(self) -> Iterator[None]:
+        """Count nothing the block does: work done once for many tests (a class, module or
+        session fixture, a ``setUpClass`` warm-up) is none of theirs. What it compiles still
+        counts in each test that runs it."""
+        if self._cm is None:
+            yield
+            return
+        from pytest_nobreak import _torch_compat
+
+        with _torch_compat.untapped(), self.report._asic.paused():
+            yield
 
     def _exit_notices(self) -> None:
         notices, self._notices = self._notices, None
@@ -489,28 +524,78 @@ class Monitor:
                     self.report.recompile_site = self._locate(_frame_of(record.file, record.line))
 
     def on_graph_break(self, raw: tc.RawGraphBreak) -> None:
-        from pytest_nobreak import _torch_compat as tc
-
-        chain = tc.parse_chain(raw.msg)
-        kind: BreakKind
-        if raw.gb_type == _BACKEND_GB_TYPE:
-            kind = "backend_error"
-        elif raw.reason.startswith(_FRAME_SKIP_REASON):
-            kind = "eager_fallback"
-        elif raw.reason.startswith(_PARTIAL_SKIP_REASON):
-            kind = "partial_fallback"
-        else:
-            kind = "graph_break"
-        if len(chain) == 1:
-            # Dynamo's own type, when the message's first line is not it (a StepUnsupported).
-            chain = [dataclasses.replace(chain[0], gb_type=raw.gb_type)]
-        event = chained_event(kind, chain, self._locate(raw.stack))
+        kind = self._break_kind(raw)
+        event = self._break_event(raw, raw.stack)
         with self._lock:
+            if kind == "graph_break" and raw.frame is not None:
+                self._logged.append((raw, event))  # counted where its graph runs (or at the end)
+                return
             if kind != "graph_break":
                 self._skip_compile_ids.add(raw.compile_id)
+            if raw.reason.startswith(FRAME_SKIP_REASON) and raw.frame is not None:
+                self._eager_sites.add(raw.frame.site)
             if kind == "partial_fallback":
                 self.report._eager_missed += 1
             self.report.add(event)
+
+    def _break_kind(self, raw: tc.RawGraphBreak) -> BreakKind:
+        if raw.gb_type == _BACKEND_GB_TYPE:
+            return "backend_error"
+        if raw.reason.startswith(FRAME_SKIP_REASON):
+            return "eager_fallback"
+        if raw.reason.startswith(_PARTIAL_SKIP_REASON):
+            return "partial_fallback"
+        return "graph_break"
+
+    def _break_event(self, raw: tc.RawGraphBreak, stack: Sequence[Frame]) -> BreakEvent:
+        from pytest_nobreak import _torch_compat as tc
+
+        chain = tc.parse_chain(raw.msg)
+        if len(chain) == 1:
+            # Dynamo's own type, when the message's first line is not it (a StepUnsupported).
+            chain = [dataclasses.replace(chain[0], gb_type=raw.gb_type)]
+        return chained_event(self._break_kind(raw), chain, self._locate(stack))
+
+    def _cross(self, site: tuple[object, ...], event: BreakEvent) -> None:
+        """Count ``event`` once per compiled function it splits (lock held)."""
+        key = (site, event.dedupe_key())
+        if key not in self._crossed:
+            self._crossed.add(key)
+            self.report.add(event)
+
+    def on_eager_run(self, raw: tc.RawEagerRun) -> None:
+        """A compiled function Dynamo gave up on before this block was entered again: it runs
+        eagerly, as that compile decided, whenever it was. Counted at the end, unless Dynamo
+        compiled (and gave up on) it again in the block: after a reset, it does."""
+        site = raw.frame.site
+        if site in self._eager_sites or site in self._eager_entered:
+            return
+        events = [
+            self._break_event(b, stack)
+            for b, stack in raw.stacks()
+            if b.reason.startswith(FRAME_SKIP_REASON)
+        ]
+        with self._lock:
+            self._eager_entered.setdefault(site, (raw.frame, events))
+
+    def on_graph_run(self, raw: tc.RawGraph) -> None:
+        # On every call of every graph: kept cheap after the block's first call of a graph.
+        if raw.syncs is not None:
+            self._count_syncs(raw.syncs)
+        if id(raw) in self._ran:
+            return
+        callers = raw.callers()
+        splits = [
+            (b, self._break_event(b, raw.stack_of(b, callers)))
+            for b in list(raw.frame.breaks)
+            if self._break_kind(b) == "graph_break"
+        ]
+        with self._lock:
+            self._ran[id(raw)] = callers
+            self._frames_ran.add(id(raw.frame))
+            self.report._graph_keys.setdefault(raw.key, None)
+            for _, event in splits:
+                self._cross(raw.frame.site, event)
 
     def on_compile_error(self, raw: tc.RawCompileError) -> None:
         """An error Dynamo raised to the caller: nothing of the region ran, eagerly or not."""
@@ -556,7 +641,7 @@ class Monitor:
             if self.report.recompile_site is None:
                 self.report.recompile_site = site
 
-    def on_host_syncs(self, raw: tc.RawGraphSyncs) -> None:
+    def _count_syncs(self, raw: tc.RawGraphSyncs) -> None:
         # On every call of a graph with syncs: kept cheap, the events are made at the end.
         calls = self.report._sync_calls
         if calls is None:
@@ -635,6 +720,24 @@ class Monitor:
                     **where_fields(location),
                 )
             )
+
+    def _collect_logged_breaks(self, tc: Any) -> None:
+        """The breaks of compiles none of whose graphs ran in the block (a frame whose only
+        code before and after a ``print`` is Python), as Dynamo logged them."""
+        with self._lock:
+            for raw, event in self._logged:
+                frame = raw.frame
+                if frame is not None and id(frame) not in self._frames_ran:
+                    self._cross(frame.site, event)
+            self._logged = []
+            for site, (frame, events) in self._eager_entered.items():
+                # Entered, then compiled again in the block (after a reset): not eager after all.
+                if site not in self._eager_sites and tc.gave_up_on(frame):
+                    self._eager_sites.add(site)
+                    self.report._eager_missed += 1
+                    for event in events:
+                        self.report.add(event)
+            self._eager_entered = {}
 
     def _collect_host_fallbacks(self) -> None:
         """One event per (op, reason): a model with dozens of host ops, all for the same reason
@@ -767,9 +870,10 @@ def watch(*, reset: bool = True, first_party: Sequence[str] = ()) -> Iterator[Co
 
     ``reset=True`` (the default) starts from a clean Dynamo state, so cached code from earlier
     compiles cannot hide a break; ``reset=False`` changes no state, and the figures count what
-    the block compiled itself. Call ``report.check()`` afterwards to raise on any break
-    (``report.check(scope="own")``: only on those in the user's own code, where
-    ``first_party`` names installed packages that are theirs too).
+    the block ran, whenever it was compiled (``recompiles``: what it compiled itself). Call
+    ``report.check()`` afterwards to raise on any break (``report.check(scope="own")``: only
+    on those in the user's own code, where ``first_party`` names installed packages that are
+    theirs too).
     """
     monitor = Monitor(reset=reset, reports=True, first_party=first_party)
     report = monitor.start()

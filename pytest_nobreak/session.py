@@ -99,6 +99,8 @@ class NobreakSession:
         self.roofs: dict[str, dict[str, Any]] = {}
         self.reporter: SessionReporter | None = None
         self.usage_errors: list[str] = []
+        #: The monitor of the test being run, from its setup to its teardown.
+        self._watching: Monitor | None = None
         self.baseline = self._load_baseline()
         self._check_json_path()
         self._check_html_path()
@@ -167,6 +169,19 @@ class NobreakSession:
 
     # ------------------------------------------------------------------ collection
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection(self, session: pytest.Session) -> None:
+        """Under ``--nobreak-all``, tap Dynamo before the test modules are imported: a graph
+        compiled at import (a warm-up at module level) then counts in each test that runs it."""
+        if not self.settings.watch_all:
+            return
+        try:
+            from pytest_nobreak import _torch_compat
+
+            _torch_compat.install_taps()
+        except (ImportError, RuntimeError):
+            pass  # no torch to watch, or one it cannot: the first watched test says so
+
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         """Validate every marker before any test runs: each bad one is a usage error naming its
@@ -216,6 +231,7 @@ class NobreakSession:
                 first_party=self.settings.first_party,
             )
             item.stash[MONITOR_KEY] = monitor
+            self._watching = monitor
             try:
                 from pytest_nobreak._torch_compat import TorchCompatError
 
@@ -228,6 +244,18 @@ class NobreakSession:
                 pytest.exit(message, returncode=pytest.ExitCode.USAGE_ERROR)
         _quiet_trace_logger()
         return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(
+        self, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
+    ) -> Generator[None, Any, Any]:
+        """A fixture set up once for many tests (``setUpClass`` included) counts for none of
+        them: which test it lands in depends on the order. Each counts what it runs itself."""
+        monitor = self._watching
+        if monitor is None or fixturedef.scope == "function":
+            return (yield)
+        with monitor.apart():
+            return (yield)
 
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
@@ -253,6 +281,7 @@ class NobreakSession:
     def pytest_runtest_teardown(self, item: pytest.Item) -> Generator[None, None, None]:
         _quiet_trace_logger()
         monitor = item.stash.get(MONITOR_KEY, None)
+        self._watching = None
         if monitor is not None:
             monitor.stop()  # setup failed before the call: never leave the taps installed
         return (yield)

@@ -222,7 +222,6 @@ def test_record_pass_regress_improve(flow: Flow) -> None:
     for line in (
         "REGRESSION test_flow.py::test_allowed  graphs 2 -> 4",
         "REGRESSION test_flow.py::test_allowed  graph_breaks 1 -> 2",
-        "REGRESSION test_flow.py::test_recompiles  graphs 1 -> 2",
         "REGRESSION test_flow.py::test_recompiles  recompiles 0 -> 1",
         "REGRESSION test_flow.py::test_unmarked  graphs 1 -> 2",
         "REGRESSION test_flow.py::test_unmarked  graph_breaks 0 -> 1",
@@ -262,7 +261,6 @@ def test_update_rewrites_only_the_tests_that_ran(flow: Flow) -> None:
     assert result.ret == 0  # accepting is not failing
     result.stdout.fnmatch_lines(
         [
-            "accepted   test_flow.py::test_recompiles  graphs 1 -> 2",
             "accepted   test_flow.py::test_recompiles  recompiles 0 -> 1",
             "accepted   test_flow.py::test_unmarked  graphs 1 -> 2",
             "accepted   test_flow.py::test_unmarked  graph_breaks 0 -> 1",
@@ -270,7 +268,8 @@ def test_update_rewrites_only_the_tests_that_ran(flow: Flow) -> None:
         ]
     )
     expected = {f"test_flow.py::{name}": dict(BASE[name]) for name in TESTS}
-    expected["test_flow.py::test_recompiles"].update(graphs=2, recompiles=1)
+    # A recompile of the same code into the same ops is the same graph, run again.
+    expected["test_flow.py::test_recompiles"].update(recompiles=1)
     expected["test_flow.py::test_unmarked"].update(graphs=2, graph_breaks=1)
     assert flow.entries() == expected
 
