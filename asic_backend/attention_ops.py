@@ -63,7 +63,16 @@ def dyn_sdpa(
         else:
             scores = scores + attn_mask.to(torch.float32)
         probs = torch.ops.aten._safe_softmax(scores, -1)
-    return dut_matmul(probs, v, device).to(q.dtype).contiguous()
+    return _laid_out_like(q, dut_matmul(probs, v, device).to(q.dtype))
+
+
+def _laid_out_like(q: Tensor, out: Tensor) -> Tensor:
+    """``out`` in the memory layout of ``q``, as PyTorch's CPU attention returns it: a graph
+    traced against that op may ``view`` the output through it (torch 2.12's
+    ``multi_head_attention_forward`` does, where 2.13 reshapes)."""
+    if out.shape != q.shape or q.is_contiguous():
+        return out.contiguous()
+    return torch.empty_like(q).copy_(out)
 
 
 @dyn_sdpa.register_fake
@@ -81,4 +90,6 @@ def _(
         q.shape[-1] == k.shape[-1],
         lambda: f"asic::dyn_sdpa: q and k differ in their last dim: {q.shape} vs {k.shape}",
     )
+    if v.shape[-1] == q.shape[-1]:
+        return torch.empty_like(q)  # q's layout, as the kernel returns it
     return q.new_empty((*q.shape[:-1], v.shape[-1]))

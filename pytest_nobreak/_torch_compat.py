@@ -64,7 +64,7 @@ from torch._functorch import config as _functorch_config
 from pytest_nobreak.events import FRAME_SKIP_REASON
 from pytest_nobreak.sites import Frame
 
-MIN_TORCH = (2, 9)
+MIN_TORCH = (2, 12)
 _TRACE_LOGGER = "torch.__trace"
 _GB_LINK_RE = re.compile(r"/gb/gb(\d+)\.html")
 _FIELD_RE = re.compile(r"^\s{0,4}(Explanation|Hint|Developer debug context):\s?(.*)$")
@@ -88,17 +88,39 @@ def torch_version() -> str:
     return str(torch.__version__).split("+", 1)[0]
 
 
-def _version_tuple() -> tuple[int, ...]:
+def release() -> tuple[int, ...]:
+    """The running torch's (major, minor): ``(2, 13)``."""
     return tuple(int(p) for p in re.findall(r"\d+", torch_version())[:2])
+
+
+#: The torch releases the plugin is tested on (CI runs the oldest and the newest).
+SUPPORTED = f">={'.'.join(map(str, MIN_TORCH))} (tested on 2.12 and 2.13)"
+
+#: The parameters each tapped function must take, as the taps call it (``self`` and ``cls``
+#: left out). A torch that renames or reorders them would break the user's compile through
+#: the tap (torch 2.10's ``log_graph_break(code_options, reason="", user_stack=None)`` made
+#: every graph break an ``InternalTorchDynamoError``), so it is refused instead.
+_SIGNATURES: dict[str, tuple[str, ...]] = {
+    "InstructionTranslatorBase.log_graph_break": ("code_options", "reason", "exc"),
+    "torch._dynamo.eval_frame._callback_from_stance": ("callback",),
+    "torch._dynamo.convert_frame.CatchErrorsWrapper.__call__": (
+        "frame",
+        "cache_entry",
+        "frame_state",
+    ),
+    "torch._dynamo.utils.CompilationMetrics.create": ("metrics",),
+    "torch._dynamo.output_graph.OutputGraph.call_user_compiler": ("gm", "example_inputs"),
+}
 
 
 @functools.cache
 def check_torch() -> None:
-    """Fail with one line if this torch cannot be watched, naming what is missing."""
-    if _version_tuple() < MIN_TORCH:
+    """Fail with one line if this torch cannot be watched, naming what is missing or what
+    takes other arguments than the taps pass."""
+    if release() < MIN_TORCH:
         raise TorchCompatError(
-            f"pytest-nobreak needs torch>={'.'.join(map(str, MIN_TORCH))}; "
-            f"this is torch {torch.__version__}. Upgrade torch or run with -p no:nobreak."
+            f"pytest-nobreak needs torch{SUPPORTED}; this is torch {torch.__version__}. "
+            "Upgrade torch or run with -p no:nobreak."
         )
     from torch._dynamo.symbolic_convert import InstructionTranslatorBase
 
@@ -130,8 +152,31 @@ def check_torch() -> None:
     if missing:
         raise TorchCompatError(
             f"pytest-nobreak cannot watch torch.compile on torch {torch.__version__}: "
-            f"missing {', '.join(missing)}. Supported: torch>=2.9 (tested on 2.13)."
+            f"missing {', '.join(missing)}. Supported: torch{SUPPORTED}."
         )
+    changed = [
+        f"{name}({', '.join(found)}), not ({', '.join(expected)})"
+        for name, expected in _SIGNATURES.items()
+        if (found := _parameters(required[name])) is not None and found != expected
+    ]
+    if changed:
+        raise TorchCompatError(
+            f"pytest-nobreak cannot watch torch.compile on torch {torch.__version__}: "
+            f"{'; '.join(changed)}. Supported: torch{SUPPORTED}."
+        )
+
+
+def _parameters(fn: object) -> tuple[str, ...] | None:
+    """The parameter names of ``fn`` past ``self``/``cls`` (``None`` if unreadable: a C
+    function, which the taps only wrap with ``*args``)."""
+    import inspect
+
+    try:
+        # The original's, not the tap's (a bound classmethod's wrapper would lose a parameter).
+        params = list(inspect.signature(inspect.unwrap(fn)).parameters)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return tuple(p for p in params if p not in ("self", "cls"))
 
 
 # --------------------------------------------------------------------------- Dynamo state

@@ -701,7 +701,8 @@ def test_a_torch_without_the_needed_apis_is_one_clear_error(
             _torch_compat.check_torch()
         assert str(excinfo.value) == (
             f"pytest-nobreak cannot watch torch.compile on torch {torch.__version__}: missing "
-            "torch._dynamo.error_on_graph_break. Supported: torch>=2.9 (tested on 2.13)."
+            "torch._dynamo.error_on_graph_break. "
+            "Supported: torch>=2.12 (tested on 2.12 and 2.13)."
         )
         result = run(
             models,
@@ -715,6 +716,53 @@ def test_a_torch_without_the_needed_apis_is_one_clear_error(
         )
         assert result.ret == pytest.ExitCode.USAGE_ERROR
         result.stdout.fnmatch_lines(["*Exit: pytest-nobreak cannot watch torch.compile on torch *"])
+    finally:
+        monkeypatch.undo()
+        _torch_compat.check_torch.cache_clear()
+
+
+def test_a_tapped_function_with_other_parameters_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """torch 2.10's ``log_graph_break`` took ``(code_options, reason="", user_stack=None)``:
+    wrapped as if it took ``exc``, every break became an error inside the user's compile."""
+    import torch
+    from torch._dynamo.symbolic_convert import InstructionTranslatorBase
+
+    from pytest_nobreak import _torch_compat
+
+    def log_graph_break(self, code_options, reason="", user_stack=None):  # type: ignore[no-untyped-def]
+        pass
+
+    monkeypatch.setattr(InstructionTranslatorBase, "log_graph_break", log_graph_break)
+    _torch_compat.check_torch.cache_clear()
+    try:
+        with pytest.raises(_torch_compat.TorchCompatError) as excinfo:
+            _torch_compat.check_torch()
+        assert str(excinfo.value) == (
+            f"pytest-nobreak cannot watch torch.compile on torch {torch.__version__}: "
+            "InstructionTranslatorBase.log_graph_break(code_options, reason, user_stack), not "
+            "(code_options, reason, exc). Supported: torch>=2.12 (tested on 2.12 and 2.13)."
+        )
+    finally:
+        monkeypatch.undo()
+        _torch_compat.check_torch.cache_clear()
+
+
+def test_an_older_torch_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from pytest_nobreak import _torch_compat
+
+    monkeypatch.setattr(torch, "__version__", "2.11.0+cpu")
+    _torch_compat.check_torch.cache_clear()
+    try:
+        with pytest.raises(_torch_compat.TorchCompatError) as excinfo:
+            _torch_compat.check_torch()
+        assert str(excinfo.value) == (
+            "pytest-nobreak needs torch>=2.12 (tested on 2.12 and 2.13); this is torch "
+            "2.11.0+cpu. Upgrade torch or run with -p no:nobreak."
+        )
     finally:
         monkeypatch.undo()
         _torch_compat.check_torch.cache_clear()
