@@ -38,21 +38,17 @@ class NotConvertedError(RuntimeError):
 
 def reject_unconverted(gm: fx.GraphModule) -> None:
     """Raise :class:`NotConvertedError` if ``gm`` comes from a prepared, unconverted model."""
-    found = [
-        hit
-        for node in gm.graph.nodes
-        if node.op in ("call_function", "call_method", "call_module")
-        and (hit := _unconverted(node)) is not None
-    ]
-    if found:
-        # The layer the user swapped in (FakeQuantizedLinear at fc1) before the quantizer
-        # inside it: torch releases differ in which of their nodes carry which module.
-        flow, what, at = min(found, key=lambda hit: not hit[1].startswith("FakeQuantized"))
-        raise NotConvertedError(
-            f"asic backend: the model was prepared for quantization but not converted "
-            f"({what} at {at or '<root>'}); the DUT runs converted int8 models: run "
-            f"{CONVERT_HINT[flow]} before compiling it in inference (train with grad enabled)"
-        )
+    for node in gm.graph.nodes:
+        if node.op not in ("call_function", "call_method", "call_module"):
+            continue
+        found = _unconverted(node)
+        if found is not None:
+            flow, what, at = found
+            raise NotConvertedError(
+                f"asic backend: the model was prepared for quantization but not converted "
+                f"({what} at {at or '<root>'}); the DUT runs converted int8 models: run "
+                f"{CONVERT_HINT[flow]} before compiling it in inference (train with grad enabled)"
+            )
 
 
 _FAKE_QUANT_OPS = frozenset(
@@ -76,17 +72,10 @@ def _module_classes(node: fx.Node) -> Iterable[tuple[str, type]]:
 
 def _unconverted(node: fx.Node) -> tuple[str, str, str] | None:
     """(flow, what, where) when ``node`` belongs to a fake-quantizer or an observer."""
-    qat = sorted(
-        (not cls.__name__.startswith("FakeQuantized"), len(path), path, cls.__name__)
-        for path, cls in _module_classes(node)
-        if cls.__module__.startswith("torchao.quantization.qat")
-        or cls.__name__.startswith("FakeQuantized")
-    )
-    if qat:
-        _, _, path, name = qat[0]
-        return "torchao", f"{name} (QAT fake quantization)", path
     for path, cls in _module_classes(node):
         name, module = cls.__name__, cls.__module__
+        if module.startswith("torchao.quantization.qat") or name.startswith("FakeQuantized"):
+            return "torchao", f"{name} (QAT fake quantization)", path
         if module.startswith(("torchao.quantization.pt2e", "torch.ao.quantization")) and (
             name.endswith(("Observer", "FakeQuantize"))
         ):

@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import inspect
 import logging
 import os
 import re
@@ -169,8 +170,6 @@ def check_torch() -> None:
 def _parameters(fn: object) -> tuple[str, ...] | None:
     """The parameter names of ``fn`` past ``self``/``cls`` (``None`` if unreadable: a C
     function, which the taps only wrap with ``*args``)."""
-    import inspect
-
     try:
         # The original's, not the tap's (a bound classmethod's wrapper would lose a parameter).
         params = list(inspect.signature(inspect.unwrap(fn)).parameters)  # type: ignore[arg-type]
@@ -196,9 +195,9 @@ def reset_dynamo() -> None:
 
 @dataclasses.dataclass(frozen=True)
 class CounterView:
-    """What Dynamo counted: graphs compiled, frames it tried to compile, frames it compiled."""
+    """What Dynamo counted: frames it tried to compile, frames it compiled. (Graphs are counted
+    where they run: :class:`RawGraph`.)"""
 
-    graphs: int = 0
     frames_total: int = 0
     frames_ok: int = 0
 
@@ -207,28 +206,17 @@ class CounterView:
         return max(self.frames_total - self.frames_ok, 0)
 
     def __add__(self, other: CounterView) -> CounterView:
-        return CounterView(
-            self.graphs + other.graphs,
-            self.frames_total + other.frames_total,
-            self.frames_ok + other.frames_ok,
-        )
+        return CounterView(self.frames_total + other.frames_total, self.frames_ok + other.frames_ok)
 
     def __sub__(self, other: CounterView) -> CounterView:
-        return CounterView(
-            self.graphs - other.graphs,
-            self.frames_total - other.frames_total,
-            self.frames_ok - other.frames_ok,
-        )
+        return CounterView(self.frames_total - other.frames_total, self.frames_ok - other.frames_ok)
 
 
 def _read_counters() -> CounterView:
     # ``get``, not ``[]``: the counters are a defaultdict, and reading a missing group through
     # ``[]`` would add it, a change a test iterating the counters could see.
-    counters = _dynamo_utils.counters
-    stats: Mapping[str, int] = counters.get("stats", {})
-    frames: Mapping[str, int] = counters.get("frames", {})
+    frames: Mapping[str, int] = _dynamo_utils.counters.get("frames", {})
     return CounterView(
-        graphs=int(stats.get("unique_graphs", 0)),
         frames_total=int(frames.get("total", 0)),
         frames_ok=int(frames.get("ok", 0)),
     )

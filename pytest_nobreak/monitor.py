@@ -405,8 +405,8 @@ class Monitor:
         self._limit_hits: list[tuple[tc.RawLimitHit, Location | None]] = []
         self._last_recompile: Location | None = None
         self._skip_compile_ids: set[str | None] = set()
-        #: id(graph) -> its callers in the block's first call of it, for the graphs it ran.
-        self._ran: dict[int, tuple[Frame, ...] | None] = {}
+        #: The graphs (``RawGraph``) the block ran, by id.
+        self._ran: set[int] = set()
         #: The compiles (``FrameRecord``) whose graphs ran in the block, by id.
         self._frames_ran: set[int] = set()
         #: The compiled functions the block ran eagerly because Dynamo gave up on them.
@@ -418,7 +418,7 @@ class Monitor:
         self._crossed: set[tuple[object, ...]] = set()
         #: Breaks logged in the block, kept until its end: those of a compile whose graph ran
         #: are counted from the run (with the caller of that run); the others from here.
-        self._logged: list[tuple[tc.RawGraphBreak, BreakEvent]] = []
+        self._logged: list[tc.RawGraphBreak] = []
 
     @property
     def root(self) -> str:
@@ -470,7 +470,7 @@ class Monitor:
         report = self.report
         report._asic.stop()
         self._collect_metrics(_torch_compat)
-        self._collect_logged_breaks(_torch_compat)
+        self._collect_deferred(_torch_compat)
         run = report._asic.total
         if run is not None:
             report.run_macs = run.macs + run.host_macs
@@ -525,11 +525,12 @@ class Monitor:
 
     def on_graph_break(self, raw: tc.RawGraphBreak) -> None:
         kind = self._break_kind(raw)
+        if kind == "graph_break" and raw.frame is not None:
+            with self._lock:
+                self._logged.append(raw)  # counted where its graph runs (or at the end)
+            return
         event = self._break_event(raw, raw.stack)
         with self._lock:
-            if kind == "graph_break" and raw.frame is not None:
-                self._logged.append((raw, event))  # counted where its graph runs (or at the end)
-                return
             if kind != "graph_break":
                 self._skip_compile_ids.add(raw.compile_id)
             if raw.reason.startswith(FRAME_SKIP_REASON) and raw.frame is not None:
@@ -586,15 +587,15 @@ class Monitor:
             return
         callers = raw.callers()
         splits = [
-            (b, self._break_event(b, raw.stack_of(b, callers)))
+            self._break_event(b, raw.stack_of(b, callers))
             for b in list(raw.frame.breaks)
             if self._break_kind(b) == "graph_break"
         ]
         with self._lock:
-            self._ran[id(raw)] = callers
+            self._ran.add(id(raw))
             self._frames_ran.add(id(raw.frame))
             self.report._graph_keys.setdefault(raw.key, None)
-            for _, event in splits:
+            for event in splits:
                 self._cross(raw.frame.site, event)
 
     def on_compile_error(self, raw: tc.RawCompileError) -> None:
@@ -721,15 +722,20 @@ class Monitor:
                 )
             )
 
-    def _collect_logged_breaks(self, tc: Any) -> None:
+    def _collect_deferred(self, tc: Any) -> None:
         """The breaks of compiles none of whose graphs ran in the block (a frame whose only
-        code before and after a ``print`` is Python), as Dynamo logged them."""
+        code before and after a ``print`` is Python), as Dynamo logged them; the functions
+        Dynamo had given up on that the block entered."""
         with self._lock:
-            for raw, event in self._logged:
-                frame = raw.frame
-                if frame is not None and id(frame) not in self._frames_ran:
-                    self._cross(frame.site, event)
-            self._logged = []
+            logged, self._logged = self._logged, []
+        crossed = [
+            (b.frame.site, self._break_event(b, b.stack))
+            for b in logged
+            if b.frame is not None and id(b.frame) not in self._frames_ran
+        ]
+        with self._lock:
+            for site, split in crossed:
+                self._cross(site, split)
             for site, (frame, events) in self._eager_entered.items():
                 # Entered, then compiled again in the block (after a reset): not eager after all.
                 if site not in self._eager_sites and tc.gave_up_on(frame):

@@ -6,6 +6,7 @@ import fnmatch
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -687,85 +688,77 @@ def test_a_plain_run_without_watched_tests_does_not_import_torch(pytester: pytes
     result.assert_outcomes(passed=1)
 
 
+@pytest.fixture
+def recheck(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    """``check_torch`` run afresh under the test's patches, and afresh after they are undone
+    (it is cached for the process)."""
+    from pytest_nobreak import _torch_compat
+
+    _torch_compat.check_torch.cache_clear()
+    yield monkeypatch
+    monkeypatch.undo()
+    _torch_compat.check_torch.cache_clear()
+
+
+def refusal() -> str:
+    """The one line ``check_torch`` refuses this torch with."""
+    from pytest_nobreak import _torch_compat
+
+    with pytest.raises(_torch_compat.TorchCompatError) as excinfo:
+        _torch_compat.check_torch()
+    return str(excinfo.value)
+
+
 def test_a_torch_without_the_needed_apis_is_one_clear_error(
-    models: Models, monkeypatch: pytest.MonkeyPatch
+    models: Models, recheck: pytest.MonkeyPatch
 ) -> None:
     import torch._dynamo
 
-    from pytest_nobreak import _torch_compat
+    recheck.delattr(torch._dynamo, "error_on_graph_break")
+    assert refusal() == (
+        f"pytest-nobreak cannot watch torch.compile on torch {torch.__version__}: missing "
+        "torch._dynamo.error_on_graph_break. "
+        "Supported: torch>=2.12 (tested on 2.12 and 2.13)."
+    )
+    result = run(
+        models,
+        test_old="""
+        import pytest
 
-    monkeypatch.delattr(torch._dynamo, "error_on_graph_break")
-    _torch_compat.check_torch.cache_clear()
-    try:
-        with pytest.raises(_torch_compat.TorchCompatError) as excinfo:
-            _torch_compat.check_torch()
-        assert str(excinfo.value) == (
-            f"pytest-nobreak cannot watch torch.compile on torch {torch.__version__}: missing "
-            "torch._dynamo.error_on_graph_break. "
-            "Supported: torch>=2.12 (tested on 2.12 and 2.13)."
-        )
-        result = run(
-            models,
-            test_old="""
-            import pytest
-
-            @pytest.mark.no_graph_break
-            def test_marked():
-                pass
-            """,
-        )
-        assert result.ret == pytest.ExitCode.USAGE_ERROR
-        result.stdout.fnmatch_lines(["*Exit: pytest-nobreak cannot watch torch.compile on torch *"])
-    finally:
-        monkeypatch.undo()
-        _torch_compat.check_torch.cache_clear()
+        @pytest.mark.no_graph_break
+        def test_marked():
+            pass
+        """,
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines(["*Exit: pytest-nobreak cannot watch torch.compile on torch *"])
 
 
-def test_a_tapped_function_with_other_parameters_is_refused(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_tapped_function_with_other_parameters_is_refused(recheck: pytest.MonkeyPatch) -> None:
     """torch 2.10's ``log_graph_break`` took ``(code_options, reason="", user_stack=None)``:
     wrapped as if it took ``exc``, every break became an error inside the user's compile."""
     import torch
     from torch._dynamo.symbolic_convert import InstructionTranslatorBase
 
-    from pytest_nobreak import _torch_compat
-
     def log_graph_break(self, code_options, reason="", user_stack=None):  # type: ignore[no-untyped-def]
         pass
 
-    monkeypatch.setattr(InstructionTranslatorBase, "log_graph_break", log_graph_break)
-    _torch_compat.check_torch.cache_clear()
-    try:
-        with pytest.raises(_torch_compat.TorchCompatError) as excinfo:
-            _torch_compat.check_torch()
-        assert str(excinfo.value) == (
-            f"pytest-nobreak cannot watch torch.compile on torch {torch.__version__}: "
-            "InstructionTranslatorBase.log_graph_break(code_options, reason, user_stack), not "
-            "(code_options, reason, exc). Supported: torch>=2.12 (tested on 2.12 and 2.13)."
-        )
-    finally:
-        monkeypatch.undo()
-        _torch_compat.check_torch.cache_clear()
+    recheck.setattr(InstructionTranslatorBase, "log_graph_break", log_graph_break)
+    assert refusal() == (
+        f"pytest-nobreak cannot watch torch.compile on torch {torch.__version__}: "
+        "InstructionTranslatorBase.log_graph_break(code_options, reason, user_stack), not "
+        "(code_options, reason, exc). Supported: torch>=2.12 (tested on 2.12 and 2.13)."
+    )
 
 
-def test_an_older_torch_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_older_torch_is_refused_in_one_line(recheck: pytest.MonkeyPatch) -> None:
     import torch
 
-    from pytest_nobreak import _torch_compat
-
-    monkeypatch.setattr(torch, "__version__", "2.11.0+cpu")
-    _torch_compat.check_torch.cache_clear()
-    try:
-        with pytest.raises(_torch_compat.TorchCompatError) as excinfo:
-            _torch_compat.check_torch()
-        assert str(excinfo.value) == (
-            "pytest-nobreak needs torch>=2.12 (tested on 2.12 and 2.13); this is torch "
-            "2.11.0+cpu. Upgrade torch or run with -p no:nobreak."
-        )
-    finally:
-        monkeypatch.undo()
-        _torch_compat.check_torch.cache_clear()
+    recheck.setattr(torch, "__version__", "2.11.0+cpu")
+    assert refusal() == (
+        "pytest-nobreak needs torch>=2.12 (tested on 2.12 and 2.13); this is torch "
+        "2.11.0+cpu. Upgrade torch or run with -p no:nobreak."
+    )
 
 
 def test_the_accept_command_repeats_nobreak_unmarked(pytester: pytest.Pytester) -> None:

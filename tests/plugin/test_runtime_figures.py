@@ -113,11 +113,12 @@ class TestWarm(unittest.TestCase):
         torch.ones(2) + 1  # runs nothing compiled
 """
 
-ORDERS = {
-    "serial": (),
-    "reversed": ("--nobreak-env-reverse",),
-    "xdist": ("-p", "xdist", "-n", "2"),
-    "loadscope": ("-p", "xdist", "-n", "2", "--dist", "loadscope"),
+#: name -> (pytest arguments, whether the conftest reverses the order)
+ORDERS: dict[str, tuple[tuple[str, ...], bool]] = {
+    "serial": ((), False),
+    "reversed": ((), True),
+    "xdist": (("-p", "xdist", "-n", "2"), False),
+    "loadscope": (("-p", "xdist", "-n", "2", "--dist", "loadscope"), False),
 }
 
 
@@ -131,8 +132,8 @@ def suite(pytester: pytest.Pytester) -> pytest.Pytester:
 
 def record(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, name: str) -> str:
     """One fresh-process run recording a new baseline; its text."""
-    args = [a for a in ORDERS[name] if a != "--nobreak-env-reverse"]
-    monkeypatch.setenv("NB_REVERSE", "1" if "--nobreak-env-reverse" in ORDERS[name] else "")
+    args, reverse = ORDERS[name]
+    monkeypatch.setenv("NB_REVERSE", "1" if reverse else "")
     path = pytester.path / f"{name}.json"
     result = pytester.runpytest_subprocess(
         "--nobreak-all",
