@@ -3,11 +3,11 @@
 ``Y[M,N] = X[M,K] · W[N,K]ᵀ`` on an R x C array. Cycle counts are SCALE-Sim's per-fold formulas
 for its three dataflows (weight-, output- and input-stationary): each equals SCALE-Sim's
 "Total Cycles" + 1, as SCALE-Sim counts from cycle 0 (checked against SCALE-Sim 3.0.0, and
-pinned by ``tests/asic/test_cycles.py``). A double-buffered weight-stationary array
+pinned by ``tests/asic/test_dataflows.py``). A double-buffered weight-stationary array
 (``weight_buffers=2``) overlaps each fold's weight load with the previous fold's stream, which
 SCALE-Sim does not model. SCALE-Sim's mapping efficiency and compute utilization are reported
 too. Traffic is compulsory DRAM traffic plus input re-fetch and partial-sum spill when the SRAMs
-are too small (research/int8-asic.md §5). Everything is integer arithmetic on the shape, so the
+are too small (docs/research/int8-asic.md §5). Everything is integer arithmetic on the shape, so the
 figures are deterministic and CI can gate on them with zero noise.
 """
 
@@ -97,6 +97,7 @@ def systolic_cycles(config: AsicConfig, m: int, k: int, n: int) -> int:
       pipeline, so after the first fold each fold adds ``max(M, R)``:
       ``(2R + C + M - 2) + (F - 1)·max(M, R)``. When M < R (decode) loading is the bottleneck:
       every fold waits R cycles for its weights, against 2R + C + M - 2 single-buffered.
+      (``tests/asic/test_dataflows.py`` simulates this schedule fold by fold, event by event.)
 
     An empty GEMM is not issued: 0.
     """

@@ -1,8 +1,7 @@
 """Write a file so that readers see either the old content or the new one, never half of it.
 
 The baseline is committed and the JSON report is a CI artifact; a run killed by a timeout or a
-Ctrl-C in the middle of writing either must not leave a truncated file behind (DESIGN.md,
-"Rules of the house": nothing is lost).
+Ctrl-C in the middle of writing either must not leave a truncated file behind: nothing is lost.
 """
 
 from __future__ import annotations

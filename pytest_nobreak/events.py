@@ -2,7 +2,7 @@
 
 These two records are the project's data model. The failure message, the JSON report, the
 baseline file and the JUnit properties are all rendered from them, so their field names are the
-schema (DESIGN.md, "Reports") and live only here.
+schema of the reports and live only here.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The ``--nobreak-json`` report (schema version 1, DESIGN.md "Reports").
+"""The ``--nobreak-json`` report (schema version 1).
 
 Pure logic: :class:`TestRecord` is what one test produced, as plain JSON both in the report and
 on the way from an xdist worker to the controller; :func:`build_report` makes the document and

@@ -16,7 +16,8 @@ DEFAULT = AsicConfig.preset("default")  # 128x128 @ 1 GHz, 100 GB/s
 GEMMINI = AsicConfig.preset("gemmini")  # 16x16, 128 KiB input SRAM, 64 KiB accumulators
 
 
-# research/int8-asic.md §5, exp5_cycles.py: (M, K, N) -> WS cycles, WS util, OS cycles, OS util, AI.
+# docs/research/int8-asic.md §5, the output of docs/research/exp5_cycles.py:
+# (M, K, N) -> WS cycles, WS util, OS cycles, OS util, AI.
 RESEARCH_TABLE = [
     ((8, 64, 128), 390, 0.010, 318, 0.013, 12.8),
     ((1, 4096, 4096), 392192, 0.003, 139200, 0.007, 2.0),

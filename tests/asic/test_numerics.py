@@ -212,7 +212,11 @@ def test_quantize_multiplier_equals_golden(real: float) -> None:
 def test_quantize_multiplier_is_vectorized_and_matches_tflite() -> None:
     reals = [0.0015315535711, 0.5, 1.0 - 2**-40, 1e-40, 1e12]
     mult, shift = numerics.quantize_multiplier(torch.tensor(reals, dtype=torch.float64))
-    assert mult.tolist() == [1683960960, 2**30, 2**30, 0, 2**31 - 1]  # research/int8-asic.md §5
+    # 0.0015315535711 -> (1683960960, -9) is the research run's example (docs/research/
+    # int8-asic.md §5). 0.5 = 0.5·2^0 -> (2^30, 0); 1 - 2^-40 rounds q·2^31 up to 2^31, halved:
+    # (2^30, 1); 1e-40 needs a shift below -31: (0, 0); 1e12 needs one above 30: TFLite clamps
+    # to (2^31 - 1, 30).
+    assert mult.tolist() == [1683960960, 2**30, 2**30, 0, 2**31 - 1]
     assert shift.tolist() == [-9, 0, 1, 0, 30]
 
 

@@ -1,16 +1,22 @@
-"""``python -m pytest_nobreak merge``: a run split with pytest-split, merged, gives the report and
-the baseline bytes of the same run unsharded; conflicting shards are refused."""
+"""``python -m pytest_nobreak merge``: a run split into shards, merged, gives the report and the
+baseline bytes of the same run unsharded; conflicting shards are refused.
+
+The shards are two complementary ``-k`` selections (an expression and its negation), so every
+merge test runs with pytest alone; :func:`test_pytest_split_groups_merge_to_the_whole_run` runs
+the suite in the two ``--splits 2 --group`` groups of pytest-split, as docs/ci.md's workflow
+does. pytest-split is in the ``test`` extra: without it that one test skips, and a CI run fails
+on the skip (tests/conftest.py, ``ALLOWED_CI_SKIPS``)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
-pytest.importorskip("pytest_split")
 
 SUITE = """
 import pytest
@@ -54,12 +60,24 @@ ELSEWHERE = {
 }
 
 
+#: The two shards of the suite: a ``-k`` expression and its negation select every test exactly
+#: once between them, whatever the expression matches.
+SELECTED = "clean or syncs"
+SHARDS = {"1": SELECTED, "2": f"not ({SELECTED})"}
+
+
 def pytest_run(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
          "-p", "no:xdist", "-q", *args],
         cwd=path, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
+
+
+def side_by_side(path: Path, *runs: list[str]) -> list[subprocess.CompletedProcess[str]]:
+    """Independent inner runs, two at a time (each is mostly the start-up of torch)."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(lambda args: pytest_run(path, *args), runs))
 
 
 def merge(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -71,39 +89,63 @@ def merge(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The suite run whole (updating one copy of a baseline) and in two shards."""
+    """The suite run whole (updating one copy of a baseline), in two ``-k`` shards and, with
+    pytest-split installed, in its two groups (run here, beside the others, to save a round)."""
     path = tmp_path_factory.mktemp("shards")
     (path / "test_suite.py").write_text(SUITE)
-    start = json.loads(first_baseline(path))
+    shard_runs = [
+        ["-k", expression, "--nobreak-json", f"s{g}.json"] for g, expression in SHARDS.items()
+    ]
+    if importlib.util.find_spec("pytest_split") is not None:
+        shard_runs += [
+            ["--splits", "2", "--group", g, "--nobreak-json", f"g{g}.json"] for g in "12"
+        ]
+    first, *shards = side_by_side(
+        path, ["--nobreak-baseline", "b0.json", "--nobreak-update-baseline"], *shard_runs
+    )
+    for shard in shards:
+        assert shard.returncode in (0, 1), shard.stdout[-2000:]
+    # A baseline recorded by this suite's own first run (so it has the real headers).
+    assert (path / "b0.json").exists(), first.stdout[-2000:]
+    start = json.loads((path / "b0.json").read_text())
     start["tests"].update(ELSEWHERE)
-    for name in ("whole.json", "sharded.json"):
+    for name in ("start.json", "whole.json", "sharded.json"):
         (path / name).write_text(json.dumps(start, indent=2, sort_keys=True) + "\n")
     whole = pytest_run(
         path, "--nobreak-json", "full.json", "--nobreak-html", "full.html",
         "--nobreak-baseline", "whole.json", "--nobreak-update-baseline",
     )  # fmt: skip
     assert whole.returncode == 1, whole.stdout[-2000:]  # two tests fail; the update is written
-    for group in ("1", "2"):
-        shard = pytest_run(
-            path, "--splits", "2", "--group", group, "--nobreak-json", f"s{group}.json"
-        )
-        assert shard.returncode in (0, 1), shard.stdout[-2000:]
     return path
 
 
-def first_baseline(path: Path) -> str:
-    """A baseline recorded by this suite's own first run (so it has the real headers)."""
-    run = pytest_run(path, "--nobreak-baseline", "b0.json", "--nobreak-update-baseline")
-    assert (path / "b0.json").exists(), run.stdout[-2000:]
-    return (path / "b0.json").read_text()
-
-
 def test_the_shards_hold_the_suite_between_them(runs: Path) -> None:
-    shards = [json.loads((runs / f"s{g}.json").read_text())["tests"] for g in ("1", "2")]
-    assert all(shards)
+    shards = [json.loads((runs / f"s{g}.json").read_text())["tests"] for g in SHARDS]
+    assert sorted(shards[0]) == [
+        "test_suite.py::test_clean[1]",
+        "test_suite.py::test_clean[2]",
+        "test_suite.py::test_clean[3]",
+        "test_suite.py::test_syncs",
+    ]
     assert not set(shards[0]) & set(shards[1])
     whole = json.loads((runs / "full.json").read_text())["tests"]
     assert set(shards[0]) | set(shards[1]) == set(whole)
+
+
+def test_pytest_split_groups_merge_to_the_whole_run(runs: Path) -> None:
+    """docs/ci.md's sharded workflow as written: pytest-split's groups (``runs`` ran them),
+    merged."""
+    pytest.importorskip("pytest_split", reason="pytest-split is in the test extra")
+    shards = [json.loads((runs / f"g{g}.json").read_text())["tests"] for g in "12"]
+    assert all(shards)
+    assert not set(shards[0]) & set(shards[1])
+    (runs / "split.json").write_bytes((runs / "start.json").read_bytes())
+    done = merge(runs, "split-all.json", "g1.json", "g2.json", "--update-baseline", "split.json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((runs / "split-all.json").read_text()) == json.loads(
+        (runs / "full.json").read_text()
+    )
+    assert (runs / "split.json").read_bytes() == (runs / "whole.json").read_bytes()
 
 
 def test_merge_gives_the_unsharded_report_and_baseline_bytes(runs: Path) -> None:

@@ -99,7 +99,8 @@ def test_text_that_cannot_be_encoded_fails_before_touching_anything(tmp_path: Pa
 
 
 def test_the_reporting_modules_import_neither_torch_nor_pytest() -> None:
-    # They run on the xdist controller and in plain scripts; DESIGN.md keeps torch lazy.
+    # They run on the xdist controller and in plain scripts: the project imports torch lazily,
+    # on first use, so these must not pull it in.
     code = (
         "import sys\n"
         "import pytest_nobreak.atomic, pytest_nobreak.baseline, pytest_nobreak.github\n"
