@@ -17,19 +17,19 @@ SIM_VERSION = "3"
 
 if TYPE_CHECKING:
     from asic_backend.backend import AsicBackend, asic_backend, make_backend
-    from asic_backend.config import PRESETS, AsicConfig
-    from asic_backend.cycles import GemmCost, gemm_cost
-    from asic_backend.device import (
+    from asic_backend.lower.exported import lower_exported
+    from asic_backend.lower.unconverted import NotConvertedError
+    from asic_backend.notices import AsicHostWarning, host_fallbacks_reported
+    from asic_backend.sim.config import PRESETS, AsicConfig
+    from asic_backend.sim.cycles import GemmCost, gemm_cost
+    from asic_backend.sim.device import (
         CounterSnapshot,
         Device,
         HostFallback,
         HostFallbackStats,
         get_device,
     )
-    from asic_backend.exported import lower_exported
-    from asic_backend.macs import flop_counter_extras
-    from asic_backend.notices import AsicHostWarning, host_fallbacks_reported
-    from asic_backend.unconverted import NotConvertedError
+    from asic_backend.sim.macs import flop_counter_extras
 
 __all__ = [
     "PRESETS",
@@ -53,23 +53,23 @@ __all__ = [
 ]
 
 _LAZY = {
-    "PRESETS": "asic_backend.config",
-    "AsicConfig": "asic_backend.config",
-    "GemmCost": "asic_backend.cycles",
-    "gemm_cost": "asic_backend.cycles",
-    "CounterSnapshot": "asic_backend.device",
-    "Device": "asic_backend.device",
-    "HostFallback": "asic_backend.device",
-    "HostFallbackStats": "asic_backend.device",
-    "flop_counter_extras": "asic_backend.macs",
+    "PRESETS": "asic_backend.sim.config",
+    "AsicConfig": "asic_backend.sim.config",
+    "GemmCost": "asic_backend.sim.cycles",
+    "gemm_cost": "asic_backend.sim.cycles",
+    "CounterSnapshot": "asic_backend.sim.device",
+    "Device": "asic_backend.sim.device",
+    "HostFallback": "asic_backend.sim.device",
+    "HostFallbackStats": "asic_backend.sim.device",
+    "flop_counter_extras": "asic_backend.sim.macs",
     "host_fallbacks_reported": "asic_backend.notices",
-    "get_device": "asic_backend.device",
+    "get_device": "asic_backend.sim.device",
     "AsicBackend": "asic_backend.backend",
     "AsicHostWarning": "asic_backend.notices",
     "asic_backend": "asic_backend.backend",
     "make_backend": "asic_backend.backend",
-    "NotConvertedError": "asic_backend.unconverted",
-    "lower_exported": "asic_backend.exported",
+    "NotConvertedError": "asic_backend.lower.unconverted",
+    "lower_exported": "asic_backend.lower.exported",
 }
 
 

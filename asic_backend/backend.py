@@ -1,13 +1,13 @@
 """``torch.compile(backend="asic")``: linears and matmuls on the simulated DUT, the rest on host.
 
-The backend lowers the Dynamo graph (:mod:`asic_backend.lowering`), then hands it to AOTAutograd
+The backend lowers the Dynamo graph (:mod:`asic_backend.lower.driver`), then hands it to AOTAutograd
 for the host part, as ``aot_eager`` does (``torch/_dynamo/backends/debugging.py``): by default
 the aten graph runs as is (fast compiles, eager's kernels); ``host="inductor"`` compiles it with
 inductor (``torch/_dynamo/backends/inductor.py``). Before the host compiler, every matmul-class
 op left in the aten graph is counted as a host fallback with its MACs
-(:mod:`asic_backend.accounting`). The DUT is inference-only: while autograd is live the graph runs
-on the host, each of its matmul-class ops a counted host fallback, and outside a harness that
-reports them the backend warns once per process.
+(:mod:`asic_backend.lower.accounting`). The DUT is inference-only: while autograd is live the
+graph runs on the host, each of its matmul-class ops a counted host fallback, and outside a
+harness that reports them the backend warns once per process.
 
 >>> model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU())
 >>> with torch.no_grad():
@@ -26,16 +26,13 @@ from typing import Any, cast
 import torch
 from torch import fx
 
-from asic_backend.accounting import (
+from asic_backend.lower.accounting import (
     AUTOGRAD_REASON,
     BACKWARD_REASON,
     account_host_macs,
     account_host_syncs,
 )
-from asic_backend.config import AsicConfig
-from asic_backend.device import Device, get_device
-from asic_backend.fx_nodes import example_value
-from asic_backend.lowering import (
+from asic_backend.lower.driver import (
     POLICIES,
     LoweringOptions,
     LoweringSummary,
@@ -43,11 +40,14 @@ from asic_backend.lowering import (
     lower,
     lower_aten,
 )
-from asic_backend.macs import mac_op
+from asic_backend.lower.fx_nodes import example_value
+from asic_backend.lower.rewrite import graph_modules, name_ops
 from asic_backend.notices import AsicHostWarning, say_once
-from asic_backend.oplib import call_kernels_directly
-from asic_backend.quant_ops import FUSABLE
-from asic_backend.rewrite import graph_modules, name_ops
+from asic_backend.ops.library import call_kernels_directly
+from asic_backend.ops.linear import FUSABLE
+from asic_backend.sim.config import AsicConfig
+from asic_backend.sim.device import Device, get_device
+from asic_backend.sim.macs import mac_op
 
 __all__ = ["OPTION_KEYS", "AsicBackend", "AsicHostWarning", "asic_backend", "make_backend"]
 
@@ -201,7 +201,7 @@ def _after(
 
 
 def _fusable(gm: fx.GraphModule) -> None:
-    """Swap each DUT op that has a fusable form (:data:`asic_backend.quant_ops.FUSABLE`) for it,
+    """Swap each DUT op that has a fusable form (:data:`asic_backend.ops.linear.FUSABLE`) for it,
     so Inductor fuses its host work (quantize, rescale) with the neighbouring ops.
 
     Only on float32 activations on the CPU: with bfloat16 or float16 ones, eager rounds the scale

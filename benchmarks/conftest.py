@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from asic_backend import host_gemm
+from asic_backend.sim import host_gemm
 
 DUT_PRESET = "default"  # the DUT row of the ratios (every preset runs the same host code)
 
@@ -143,7 +143,8 @@ def _per_kernel(row: Row) -> list[tuple[str, dict[str, float]]]:
 
 
 def forced_kernel(name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
-    """``fn`` run with host GEMM kernel ``name`` forced (:func:`asic_backend.host_gemm.forced`)."""
+    """``fn`` run with host GEMM kernel ``name`` forced
+    (:func:`asic_backend.sim.host_gemm.forced`)."""
 
     def run() -> Any:
         with host_gemm.forced(name):

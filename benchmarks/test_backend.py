@@ -33,9 +33,10 @@ import pytest
 import torch
 from torch import nn
 
-from asic_backend import host_gemm, make_backend
-from asic_backend.device import get_device
-from asic_backend.quant_ops import quantize_sym_rows
+from asic_backend import make_backend
+from asic_backend.ops.linear import quantize_sym_rows
+from asic_backend.sim import host_gemm
+from asic_backend.sim.device import get_device
 from benchmarks.conftest import best_interleaved, forced_kernel, host_line, smoke_rows
 
 pytest.importorskip("pytest_benchmark")

@@ -38,13 +38,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import asic_backend.attention_ops
-import asic_backend.conv_ops  # noqa: F401  (registers torch.ops.asic.dyn_conv / dyn_sdpa)
-from asic_backend import host_gemm
-from asic_backend.config import AsicConfig
-from asic_backend.conv import ConvGeometry
-from asic_backend.cycles import ACC_BYTES, conv_cost, gemm_cost
-from asic_backend.device import get_device
+import asic_backend.ops.attention
+import asic_backend.ops.conv  # noqa: F401  (registers torch.ops.asic.dyn_conv / dyn_sdpa)
+from asic_backend.sim import host_gemm
+from asic_backend.sim.config import AsicConfig
+from asic_backend.sim.conv import ConvGeometry
+from asic_backend.sim.cycles import ACC_BYTES, conv_cost, gemm_cost
+from asic_backend.sim.device import get_device
 from benchmarks.conftest import (
     DUT_PRESET,
     best_interleaved,
@@ -265,7 +265,7 @@ def test_dut(
 
 
 def _exact_gemms(layer: Conv | Attention) -> Callable[[], list[torch.Tensor]]:
-    """The layer's GEMMs on int8 operands through :mod:`asic_backend.host_gemm` with whichever
+    """The layer's GEMMs on int8 operands through :mod:`asic_backend.sim.host_gemm` with whichever
     kernel is in force: a conv's per group (the filters static), attention's per head batched."""
     if isinstance(layer, Conv):
         shapes = sorted(set(_gemms(layer)))

@@ -16,8 +16,8 @@ from collections.abc import Callable
 import pytest
 import torch
 
-import asic_backend.ops  # noqa: F401  (registers torch.ops.asic.*)
-from asic_backend.device import get_device, run_mm_i32
+import asic_backend.ops.primitives  # noqa: F401  (registers torch.ops.asic.*)
+from asic_backend.sim.device import get_device, run_mm_i32
 from benchmarks.conftest import smoke_rows
 
 SHAPES = [(1024, 1024, 1024), (256, 4096, 4096)]  # M, K, N

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from pytest_nobreak.baseline import Baseline, compare
-from pytest_nobreak.events import BreakEvent, CallSite, Figures, GemmRecord
-from pytest_nobreak.html_report import render_html
-from pytest_nobreak.json_report import TestRecord, build_report
+from pytest_nobreak.gate.baseline import Baseline, compare
+from pytest_nobreak.report.html_report import render_html
+from pytest_nobreak.report.json_report import TestRecord, build_report
+from pytest_nobreak.watch.events import BreakEvent, CallSite, Figures, GemmRecord
 from tests.browser.chromium import console_errors, driver_or_skip, open_page
 
 N_TESTS = 2000

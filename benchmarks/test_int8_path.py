@@ -39,13 +39,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import asic_backend.quant_ops  # noqa: F401  (registers torch.ops.asic.dyn_linear)
-from asic_backend import host_gemm, make_backend
-from asic_backend.config import AsicConfig
-from asic_backend.cycles import ACC_BYTES, gemm_cost
-from asic_backend.device import get_device
-from asic_backend.oplib import DIRECT_CALLS
-from asic_backend.quant_ops import quantize_sym_rows
+import asic_backend.ops.linear  # noqa: F401  (registers torch.ops.asic.dyn_linear)
+from asic_backend import make_backend
+from asic_backend.ops.library import DIRECT_CALLS
+from asic_backend.ops.linear import quantize_sym_rows
+from asic_backend.sim import host_gemm
+from asic_backend.sim.config import AsicConfig
+from asic_backend.sim.cycles import ACC_BYTES, gemm_cost
+from asic_backend.sim.device import get_device
 from benchmarks.conftest import (
     DUT_PRESET,
     best_interleaved,
@@ -134,7 +135,7 @@ def int8(*shape: int) -> torch.Tensor:
 def dut_operands(layer: Layer) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The int8 operands of the layer's DUT GEMMs as the DUT quantizes them (per token, per
     output channel): the "kernel alone" rows time the DUT's own GEMMs, whose float32 slicing
-    depends on the weights' magnitudes (:func:`asic_backend.host_gemm.slice_length`)."""
+    depends on the weights' magnitudes (:func:`asic_backend.sim.host_gemm.slice_length`)."""
     return [
         (quantize_sym_rows(activation(m, k))[0], quantize_sym_rows(weight(k, n)[0])[0])
         for m, k, n in layer.gemms
@@ -318,6 +319,6 @@ _DYN_LINEAR = DIRECT_CALLS[torch.ops.asic.dyn_linear.default]
 
 def _dyn_linear(x: torch.Tensor, *, w: torch.Tensor, b: torch.Tensor, key: str) -> torch.Tensor:
     # What the backend's lowering puts in place of a float linear (weights quantized once,
-    # cached), called as the compiled aten graph calls it (asic_backend.oplib.DIRECT_CALLS).
+    # cached), called as the compiled aten graph calls it (asic_backend.ops.library.DIRECT_CALLS).
     out: torch.Tensor = _DYN_LINEAR(x, w, b, False, True, key)
     return out

@@ -11,9 +11,9 @@ Outside pytest:
 Importing this package does not import torch.
 """
 
-from pytest_nobreak.events import BreakEvent, Figures
-from pytest_nobreak.exporting import ExportError, ExportReport, export_check
-from pytest_nobreak.monitor import CompileReport, GraphBreakError, watch
+from pytest_nobreak.watch.events import BreakEvent, Figures
+from pytest_nobreak.watch.exporting import ExportError, ExportReport, export_check
+from pytest_nobreak.watch.monitor import CompileReport, GraphBreakError, watch
 
 __version__ = "0.1.0"
 

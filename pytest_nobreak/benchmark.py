@@ -27,7 +27,8 @@ pytest-codspeed's ``benchmark`` as well. pytest-benchmark is optional: without i
 
 The same module holds the plugin object behind ``--asic-roofline PATH``: every benchmarked test
 (one using ``benchmark``, directly or through ``asic_benchmark``) ships the GEMMs its DUT ran to
-the controller on its call report, and the controller draws them (:mod:`pytest_nobreak.roofline`).
+the controller on its call report, and the controller draws them
+(:mod:`pytest_nobreak.report.roofline`).
 """
 
 from __future__ import annotations
@@ -39,14 +40,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
-from asic_backend.config import OPS_PER_MAC
+from asic_backend.sim.config import OPS_PER_MAC
 from pytest_nobreak.config import NobreakConfig
 
 if TYPE_CHECKING:
-    from asic_backend.config import AsicConfig
-    from asic_backend.cycles import GemmCost
-    from asic_backend.device import CounterSnapshot, Device
-    from pytest_nobreak.roofline import Roof
+    from asic_backend.sim.config import AsicConfig
+    from asic_backend.sim.cycles import GemmCost
+    from asic_backend.sim.device import CounterSnapshot, Device
+    from pytest_nobreak.report.roofline import Roof
 
 __all__ = [
     "INSTALL_HINT",
@@ -102,9 +103,9 @@ class _State:
     @classmethod
     def capture(cls, *, import_backend: bool) -> _State:
         # The generic roofline collection must not import torch into a test that never used it.
-        if not import_backend and "asic_backend.device" not in sys.modules:
+        if not import_backend and "asic_backend.sim.device" not in sys.modules:
             return cls({}, {}, {})
-        from asic_backend.device import all_devices
+        from asic_backend.sim.device import all_devices
 
         devices = {d.key: d for d in all_devices()}
         return cls(
@@ -183,7 +184,7 @@ class AsicCallFigures:
 
 
 def _per_call(before: _State, after: _State, calls: int) -> AsicCallFigures:
-    from asic_backend.device import CounterSnapshot
+    from asic_backend.sim.device import CounterSnapshot
 
     total = CounterSnapshot()
     used: list[AsicConfig] = []
@@ -321,7 +322,7 @@ def asic_benchmark(request: pytest.FixtureRequest, benchmark: BenchmarkLike) -> 
 
 def _roofline_payload(gemms: Sequence[tuple[str, GemmCost]], name: str) -> dict[str, Any]:
     """The test's roofline points and the roofs of their devices, as plain JSON."""
-    from asic_backend.device import get_device
+    from asic_backend.sim.device import get_device
 
     points, roofs = [], {}
     for key, cost in gemms:
@@ -364,7 +365,7 @@ class BenchmarkPlugin:
     ) -> None:
         """Put the simulator and torch versions in pytest-benchmark's machine info, so
         ``--benchmark-compare`` warns when either changed between two runs."""
-        from pytest_nobreak.reporting import sim_version, torch_version
+        from pytest_nobreak.report.controller import sim_version, torch_version
 
         machine_info["asic_sim"] = {"version": sim_version(), "torch": torch_version()}
 
@@ -405,7 +406,7 @@ class BenchmarkPlugin:
         path = self.settings.roofline_path
         if path is None or hasattr(self.config, "workerinput"):
             return
-        from pytest_nobreak.atomic import write_atomic
+        from pytest_nobreak.gate.atomic import write_atomic
 
         try:
             svg, n_points, n_roofs = self._render()
@@ -420,7 +421,7 @@ class BenchmarkPlugin:
         self.lines.append((f"nobreak: roofline of {what} written to {path}", False))
 
     def _render(self) -> tuple[str, int, int]:
-        from pytest_nobreak.roofline import Point, Roof, render_svg
+        from pytest_nobreak.report.roofline import Point, Roof, render_svg
 
         roofs: dict[str, Roof] = {}
         points: dict[tuple[Any, ...], Point] = {}
@@ -442,7 +443,7 @@ class BenchmarkPlugin:
 
 
 def _session_roof(settings: NobreakConfig) -> dict[str, Roof]:
-    from pytest_nobreak.roofline import Roof
+    from pytest_nobreak.report.roofline import Roof
 
     config = settings.asic_config()
     return {config.key: Roof(config.key, **roof_fields(config))}

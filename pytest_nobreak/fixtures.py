@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_nobreak.config import ASIC_BACKEND, NobreakConfig
-from pytest_nobreak.exporting import ExportReport, export_check
-from pytest_nobreak.monitor import CompileReport
+from pytest_nobreak.watch.exporting import ExportReport, export_check
+from pytest_nobreak.watch.monitor import CompileReport
 
 if TYPE_CHECKING:
-    from asic_backend.device import Device
+    from asic_backend.sim.device import Device
 
 CONFIG_KEY = pytest.StashKey[NobreakConfig]()
 
@@ -71,7 +71,7 @@ def nobreak_export(request: pytest.FixtureRequest) -> Callable[..., ExportReport
     ``None``: when the session runs ``--asic-backend``. Its host fallbacks and DUT figures are
     the test's, as under ``--asic-backend``. A marked test fails on every problem;
     ``allow=[...]`` matches them as it does breaks. Returns the
-    :class:`~pytest_nobreak.exporting.ExportReport` (``.program`` is the exported program,
+    :class:`~pytest_nobreak.watch.exporting.ExportReport` (``.program`` is the exported program,
     ``.lowered`` the DUT one).
 
     >>> @pytest.mark.no_graph_break
@@ -114,6 +114,6 @@ def nobreak_export(request: pytest.FixtureRequest) -> Callable[..., ExportReport
 def asic(request: pytest.FixtureRequest) -> Device:
     """This test's simulated ASIC: ``.config`` and ``.snapshot()`` counters (DUT ops, host
     fallbacks, MACs, cycles, bytes, utilization), reset at the start of the test."""
-    from asic_backend.device import get_device
+    from asic_backend.sim.device import get_device
 
     return get_device(_settings(request).asic_device)

@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pytest_nobreak.events import SCOPES, Scope
+from pytest_nobreak.watch.events import SCOPES, Scope
 
 MARKER = "no_graph_break"
 MARKER_DOC = (

@@ -19,9 +19,9 @@ from pytest_nobreak.fixtures import (
     nobreak_export,
     nobreak_report,
 )
-from pytest_nobreak.html_columns import HtmlColumns
 from pytest_nobreak.markers import MARKER_DOC
-from pytest_nobreak.model_items import add_model_options, configure_models
+from pytest_nobreak.models.items import add_model_options, configure_models
+from pytest_nobreak.report.html_columns import HtmlColumns
 from pytest_nobreak.session import NobreakSession
 
 __all__ = ["asic", "asic_benchmark", "nobreak_compile", "nobreak_export", "nobreak_report"]
@@ -61,7 +61,7 @@ def pytest_report_header(config: pytest.Config) -> str | list[str] | None:
     if settings.fail_unmarked:
         scope += " (breaks in unmarked tests fail the run)"
     if settings.fixture_backend == ASIC_BACKEND:
-        from asic_backend import host_gemm  # torch: the ASIC backend imports it anyway
+        from asic_backend.sim import host_gemm  # torch: the ASIC backend imports it anyway
 
         device = settings.asic_config().describe()
         return [
@@ -85,7 +85,7 @@ def _check_backend_name(name: str) -> None:
 
 def _check_host_gemm() -> None:
     """A bad ``$ASIC_HOST_GEMM`` stops the run at once (exit 4, one line), not in a compile."""
-    from asic_backend import host_gemm
+    from asic_backend.sim import host_gemm
 
     try:
         host_gemm.kernel()

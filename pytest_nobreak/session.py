@@ -24,19 +24,19 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_nobreak.baseline import Baseline, BaselineError, load_baseline
 from pytest_nobreak.config import NobreakConfig
-from pytest_nobreak.events import EXPORT_KINDS, BreakEvent
-from pytest_nobreak.exporting import EXPORT_TITLE
-from pytest_nobreak.json_report import TestRecord
-from pytest_nobreak.junit import junit_properties
+from pytest_nobreak.gate.baseline import Baseline, BaselineError, load_baseline
 from pytest_nobreak.markers import BACKEND_DEFAULT, MARKER, MarkerError, NoGraphBreakOptions
-from pytest_nobreak.monitor import CompileReport, Monitor
-from pytest_nobreak.render import short_path
-from pytest_nobreak.sites import source_context
+from pytest_nobreak.report.json_report import TestRecord
+from pytest_nobreak.report.junit import junit_properties
+from pytest_nobreak.watch.events import EXPORT_KINDS, BreakEvent
+from pytest_nobreak.watch.exporting import EXPORT_TITLE
+from pytest_nobreak.watch.monitor import CompileReport, Monitor
+from pytest_nobreak.watch.render import short_path
+from pytest_nobreak.watch.sites import source_context
 
 if TYPE_CHECKING:
-    from pytest_nobreak.reporting import SessionReporter
+    from pytest_nobreak.report.controller import SessionReporter
 
 MONITOR_KEY = pytest.StashKey[Monitor]()
 OPTIONS_KEY = pytest.StashKey[NoGraphBreakOptions]()
@@ -78,7 +78,7 @@ class NobreakWarning(UserWarning):
 
 def device_roofs(keys: set[str]) -> dict[str, dict[str, Any]]:
     """The roofs of the simulated devices ``keys`` (imported already: a GEMM ran on each)."""
-    from asic_backend.device import get_device
+    from asic_backend.sim.device import get_device
     from pytest_nobreak.benchmark import roof_fields
 
     return {key: roof_fields(get_device(key).config) for key in sorted(keys)}
@@ -111,7 +111,7 @@ class NobreakSession:
         path = self.settings.baseline_path
         if path is None or is_xdist_worker(self.config):
             return None
-        from pytest_nobreak.reporting import display_path, update_command
+        from pytest_nobreak.report.controller import display_path, update_command
 
         try:
             return load_baseline(path)
@@ -127,8 +127,8 @@ class NobreakSession:
         path = self.settings.json_path
         if path is None or is_xdist_worker(self.config):
             return
-        from pytest_nobreak.json_report import ReportError, check_report_path
-        from pytest_nobreak.reporting import display_path
+        from pytest_nobreak.report.controller import display_path
+        from pytest_nobreak.report.json_report import ReportError, check_report_path
 
         self._check_distinct("JSON report", path, ("--nobreak-baseline",))
         try:
@@ -141,8 +141,8 @@ class NobreakSession:
         path = self.settings.html_path
         if path is None or is_xdist_worker(self.config):
             return
-        from pytest_nobreak.html_report import HtmlReportError, check_html_path
-        from pytest_nobreak.reporting import display_path
+        from pytest_nobreak.report.controller import display_path
+        from pytest_nobreak.report.html_report import HtmlReportError, check_html_path
 
         self._check_distinct("HTML report", path, ("--nobreak-json", "--nobreak-baseline"))
         try:
@@ -154,7 +154,7 @@ class NobreakSession:
     def _check_distinct(self, what: str, path: os.PathLike[str], flags: tuple[str, ...]) -> None:
         """One file given for two of the run's outputs would be written twice, the last one
         winning: a usage error before any test."""
-        from pytest_nobreak.reporting import display_path
+        from pytest_nobreak.report.controller import display_path
 
         others = {
             "--nobreak-json": self.settings.json_path,
@@ -176,7 +176,7 @@ class NobreakSession:
         if not self.settings.watch_all:
             return
         try:
-            from pytest_nobreak import _torch_compat
+            from pytest_nobreak.watch import dynamo as _torch_compat
 
             _torch_compat.install_taps()
         except (ImportError, RuntimeError):
@@ -233,7 +233,7 @@ class NobreakSession:
             item.stash[MONITOR_KEY] = monitor
             self._watching = monitor
             try:
-                from pytest_nobreak._torch_compat import TorchCompatError
+                from pytest_nobreak.watch.dynamo import TorchCompatError
 
                 monitor.start()
             except (ImportError, TorchCompatError) as exc:
@@ -386,7 +386,7 @@ class NobreakSession:
                     sys.stderr.write(f"ERROR: {message}\n")
         if session.exitstatus == pytest.ExitCode.USAGE_ERROR:
             return  # no test ran: no report or baseline says anything about this run
-        from pytest_nobreak.reporting import SessionReporter
+        from pytest_nobreak.report.controller import SessionReporter
 
         self.reporter = SessionReporter(
             self.config,
@@ -421,6 +421,6 @@ class NobreakSession:
 
 def _quiet_trace_logger() -> None:
     if "torch._logging._internal" in sys.modules:
-        from pytest_nobreak._torch_compat import detach_foreign_trace_handlers
+        from pytest_nobreak.watch.dynamo import detach_foreign_trace_handlers
 
         detach_foreign_trace_handlers()

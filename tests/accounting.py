@@ -26,7 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from asic_backend import flop_counter_extras
-from asic_backend.device import CounterSnapshot, total_snapshot
+from asic_backend.sim.device import CounterSnapshot, total_snapshot
 
 
 class AccountingError(AssertionError):

@@ -203,7 +203,7 @@ def test_readme_example_files_are_the_repository_files() -> None:
 def test_the_device_toml_format_is_documented_and_the_example_loads() -> None:
     """Every field of ``AsicConfig`` has a row in the README's table, and the example file sets
     each of them (so it shows the whole format) to what the README says it prints."""
-    from asic_backend.config import AsicConfig
+    from asic_backend.sim.config import AsicConfig
 
     fields = [field.name for field in dataclasses.fields(AsicConfig)]
     section = README.split("## The simulated device", 1)[1].split("\n## ", 1)[0]

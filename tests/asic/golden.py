@@ -2,7 +2,7 @@
 
 It is written from the reference definitions (TFLite ``QuantizeMultiplier``, gemmlowp
 ``SaturatingRoundingDoublingHighMul`` and ``RoundingDivideByPOT``), literally and slowly, so that it
-shares no shortcut with the vectorized implementation in ``asic_backend.numerics``. "Bit-exact"
+shares no shortcut with the vectorized implementation in ``asic_backend.sim.numerics``. "Bit-exact"
 means equal to this. Convolutions are sums over each window (forward) or scatters of each input
 point (transposed), on nested lists, with no im2col and no float arithmetic.
 """

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from asic_backend.config import ENV_VAR, PRESETS, AsicConfig
+from asic_backend.sim.config import ENV_VAR, PRESETS, AsicConfig
 
 
 def test_presets() -> None:

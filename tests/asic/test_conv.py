@@ -16,14 +16,14 @@ import torch.nn.functional as F
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from asic_backend import conv, host_gemm, numerics
-from asic_backend import device as devices
-from asic_backend.config import AsicConfig
-from asic_backend.conv import ConvGeometry, conv_i32, im2col
-from asic_backend.cycles import conv_cost
-from asic_backend.device import get_device, run_conv_i32, run_conv_requant
-from asic_backend.macs import conv_params, macs
-from asic_backend.numerics import AccOverflow
+from asic_backend.sim import conv, host_gemm, numerics
+from asic_backend.sim import device as devices
+from asic_backend.sim.config import AsicConfig
+from asic_backend.sim.conv import ConvGeometry, conv_i32, im2col
+from asic_backend.sim.cycles import conv_cost
+from asic_backend.sim.device import get_device, run_conv_i32, run_conv_requant
+from asic_backend.sim.macs import conv_params, macs
+from asic_backend.sim.numerics import AccOverflow
 from tests.asic import golden
 
 INT8 = st.integers(-128, 127)

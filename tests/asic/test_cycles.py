@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asic_backend.config import AsicConfig
-from asic_backend.conv import ConvGeometry
-from asic_backend.cycles import GemmCost, conv_cost, dram_bytes, gemm_cost, systolic_cycles
+from asic_backend.sim.config import AsicConfig
+from asic_backend.sim.conv import ConvGeometry
+from asic_backend.sim.cycles import GemmCost, conv_cost, dram_bytes, gemm_cost, systolic_cycles
 
 DEFAULT = AsicConfig.preset("default")  # 128x128 @ 1 GHz, 100 GB/s
 GEMMINI = AsicConfig.preset("gemmini")  # 16x16, 128 KiB input SRAM, 64 KiB accumulators

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asic_backend.config import PRESETS, AsicConfig
-from asic_backend.cycles import (
+from asic_backend.sim.config import PRESETS, AsicConfig
+from asic_backend.sim.cycles import (
     compute_utilization,
     fold_count,
     fold_grid,

@@ -8,8 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asic_backend import conv, host_gemm, numerics
-from asic_backend.conv import ConvGeometry, conv_i32
+from asic_backend.sim import conv, host_gemm, numerics
+from asic_backend.sim.conv import ConvGeometry, conv_i32
 from tests.asic import golden
 from tests.asic.test_numerics import OVERFLOW, GemmCase, gemm_case, run_linear_i32
 
@@ -191,7 +191,7 @@ def test_dyn_conv_gives_the_same_bits_under_every_kernel(
 ) -> None:
     """The DUT's float conv op end to end (quantize, accumulate, rescale): the host kernel
     changes how the accumulator is computed, never a bit of the output."""
-    import asic_backend.conv_ops  # noqa: F401  (registers asic::dyn_conv)
+    import asic_backend.ops.conv  # noqa: F401  (registers asic::dyn_conv)
 
     gen = torch.Generator().manual_seed(3)
     x, w = torch.randn(x_shape, generator=gen), torch.randn(w_shape, generator=gen)
@@ -220,7 +220,7 @@ def test_dyn_conv_gives_the_same_bits_under_every_kernel(
 
 @pytest.mark.parametrize("k", [64, 3 * host_gemm.FLOAT32_SLICE + 7])
 def test_dyn_linear_gives_the_same_bits_under_every_kernel(k: int) -> None:
-    import asic_backend.quant_ops  # noqa: F401  (registers asic::dyn_linear)
+    import asic_backend.ops.linear  # noqa: F401  (registers asic::dyn_linear)
 
     gen = torch.Generator().manual_seed(4)
     x, w = torch.randn(5, k, generator=gen), torch.randn(6, k, generator=gen)
@@ -297,7 +297,7 @@ def test_a_one_slice_float32_product_may_stay_float32() -> None:
 def test_quantized_gaussian_weights_take_long_slices(k: int, length: int) -> None:
     """What the README and :func:`host_gemm.slice_length` say of a quantized layer: all of
     K = 2048 in one float32 GEMM, half of K = 8192."""
-    from asic_backend.quant_ops import quantize_sym_rows
+    from asic_backend.ops.linear import quantize_sym_rows
 
     w = torch.randn(512, k, generator=torch.Generator().manual_seed(k)) / k**0.5
     assert host_gemm.slice_length(quantize_sym_rows(w)[0]) == length

@@ -15,7 +15,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
-from asic_backend.macs import (
+from asic_backend.sim.macs import (
     FORMULAS,
     MAC_OPS,
     MacOp,

@@ -12,8 +12,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asic_backend import host_gemm, numerics
-from asic_backend.numerics import AccOverflow, RequantRounding
+from asic_backend.sim import host_gemm, numerics
+from asic_backend.sim.numerics import AccOverflow, RequantRounding
 from tests.asic import golden
 
 INT8 = st.integers(-128, 127)

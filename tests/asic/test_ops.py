@@ -9,11 +9,11 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
-import asic_backend.ops  # noqa: F401  (registers torch.ops.asic.*)
-from asic_backend import device as devices
-from asic_backend.config import ENV_VAR, AsicConfig
-from asic_backend.cycles import gemm_cost
-from asic_backend.device import (
+import asic_backend.ops.primitives  # noqa: F401  (registers torch.ops.asic.*)
+from asic_backend.sim import device as devices
+from asic_backend.sim.config import ENV_VAR, AsicConfig
+from asic_backend.sim.cycles import gemm_cost
+from asic_backend.sim.device import (
     COST_HISTORY,
     CounterSnapshot,
     Device,
@@ -22,7 +22,7 @@ from asic_backend.device import (
     run_linear_requant,
     run_mm_i32,
 )
-from asic_backend.numerics import quantize_multiplier
+from asic_backend.sim.numerics import quantize_multiplier
 from tests.asic import golden
 
 DEV = get_device("default")

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from asic_backend.device import Device, get_device
+from asic_backend.sim.device import Device, get_device
 
 
 @pytest.fixture(autouse=True)

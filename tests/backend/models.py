@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 # The bounds are the package's, so pytest-nobreak's on_dut check uses the same ones.
-from asic_backend.tolerance import DYN_INT8_MIN_COSINE, DYN_INT8_REL_TOL, rel_err
+from asic_backend.sim.tolerance import DYN_INT8_MIN_COSINE, DYN_INT8_REL_TOL, rel_err
 
 __all__ = ["DYN_INT8_MIN_COSINE", "DYN_INT8_REL_TOL", "MLP", "assert_close_to_fp32", "rel_err"]
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from asic_backend import make_backend
-from asic_backend.device import Device
+from asic_backend.sim.device import Device
 
 from .models import assert_close_to_fp32
 

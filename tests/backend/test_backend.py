@@ -15,7 +15,7 @@ from torch._dynamo.utils import counters
 import asic_backend
 from asic_backend import AsicConfig, make_backend
 from asic_backend.backend import AsicHostWarning
-from asic_backend.device import Device, get_device
+from asic_backend.sim.device import Device, get_device
 
 from .models import MLP, assert_close_to_fp32
 
@@ -65,7 +65,8 @@ def test_config_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_package_exports_the_backend_names() -> None:
-    from asic_backend import backend, unconverted
+    from asic_backend import backend
+    from asic_backend.lower import unconverted
 
     assert asic_backend.AsicBackend is backend.AsicBackend
     assert asic_backend.AsicHostWarning is backend.AsicHostWarning
@@ -214,7 +215,7 @@ def _forward_graph(model: nn.Module, x: torch.Tensor) -> fx.GraphModule:
 
 
 def test_an_inference_graph_calls_the_dut_kernels_directly() -> None:
-    from asic_backend.oplib import DIRECT_CALLS
+    from asic_backend.ops.library import DIRECT_CALLS
 
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).eval()
     gm = _forward_graph(model, torch.randn(2, 8))
@@ -229,7 +230,7 @@ def test_who_watches_ops_still_sees_the_dut_op() -> None:
     ``asic::dyn_linear`` (the direct call steps aside for them), with the same numbers."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from asic_backend.oplib import DIRECT_CALLS
+    from asic_backend.ops.library import DIRECT_CALLS
 
     class Ops(TorchDispatchMode):
         def __init__(self) -> None:

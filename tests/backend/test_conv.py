@@ -15,9 +15,9 @@ import torch
 from torch import nn
 
 from asic_backend import make_backend
-from asic_backend.conv import ConvGeometry
-from asic_backend.cycles import conv_cost
-from asic_backend.device import Device
+from asic_backend.sim.conv import ConvGeometry
+from asic_backend.sim.cycles import conv_cost
+from asic_backend.sim.device import Device
 
 from .models import assert_close_to_fp32
 
@@ -107,7 +107,7 @@ def test_a_batch_element_does_not_depend_on_the_rest_of_the_batch(device: Device
 
 
 def test_conv_weights_are_quantized_once_and_follow_in_place_writes(device: Device) -> None:
-    from asic_backend import conv_ops
+    from asic_backend.ops import conv as conv_ops
 
     conv = nn.Conv2d(4, 8, 3).eval()
     compiled = torch.compile(conv, backend="asic")

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.export import Dim
 
-import asic_backend.quant_ops  # noqa: F401  (registers asic::int_mm)
+import asic_backend.ops.linear  # noqa: F401  (registers asic::int_mm)
 from asic_backend import lower_exported, make_backend
-from asic_backend.device import Device
+from asic_backend.sim.device import Device
 
 from .models import assert_close_to_fp32
 

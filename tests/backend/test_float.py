@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from asic_backend import make_backend
-from asic_backend.device import Device
+from asic_backend.sim.device import Device
 
 from .models import MLP, assert_close_to_fp32
 

@@ -10,10 +10,11 @@ import pytest
 import torch
 from torch import nn
 
-from asic_backend import accounting, host_fallbacks_reported, make_backend
-from asic_backend.accounting import AUTOGRAD_REASON, BACKWARD_REASON
-from asic_backend.device import Device
+from asic_backend import host_fallbacks_reported, make_backend
+from asic_backend.lower import accounting
+from asic_backend.lower.accounting import AUTOGRAD_REASON, BACKWARD_REASON
 from asic_backend.notices import AsicHostWarning
+from asic_backend.sim.device import Device
 from tests.accounting import AccountingError, reference_macs
 
 from .models import MLP, assert_close_to_fp32

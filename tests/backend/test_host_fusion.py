@@ -12,9 +12,10 @@ import torch
 from torch import nn
 from torch._inductor.utils import run_and_get_code
 
-from asic_backend import make_backend, quant_ops
-from asic_backend.cycles import ACC_BYTES, gemm_cost
-from asic_backend.device import Device
+from asic_backend import make_backend
+from asic_backend.ops import linear as quant_ops
+from asic_backend.sim.cycles import ACC_BYTES, gemm_cost
+from asic_backend.sim.device import Device
 
 ops = torch.ops.asic
 

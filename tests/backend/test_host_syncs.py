@@ -7,7 +7,7 @@ import torch
 from torch import fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from asic_backend.host_syncs import FORMS, find_host_syncs, sync_form
+from asic_backend.lower.host_syncs import FORMS, find_host_syncs, sync_form
 
 
 def _graph(method: str, value_in: torch.Tensor, value_out: torch.Tensor) -> fx.Node:

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import fx, nn
 
-from asic_backend.device import Device
+from asic_backend.sim.device import Device
 
 from .models import rel_err
 

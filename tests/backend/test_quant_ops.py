@@ -9,11 +9,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import asic_backend.accounting
-import asic_backend.attention_ops
-import asic_backend.conv_ops  # noqa: F401  (the asic:: ops checked here)
-from asic_backend import quant_ops
-from asic_backend.device import Device, HostFallback, HostFallbackStats, get_device
+import asic_backend.lower.accounting
+import asic_backend.ops.attention
+import asic_backend.ops.conv  # noqa: F401  (the asic:: ops checked here)
+from asic_backend.ops import linear as quant_ops
+from asic_backend.sim.device import Device, HostFallback, HostFallbackStats, get_device
 
 ops = torch.ops.asic
 

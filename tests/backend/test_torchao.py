@@ -10,8 +10,8 @@ from torch import nn
 
 from asic_backend import make_backend
 from asic_backend.backend import AsicHostWarning
-from asic_backend.device import Device
-from pytest_nobreak._torch_compat import release
+from asic_backend.sim.device import Device
+from pytest_nobreak.watch.dynamo import release
 
 from .models import MLP, rel_err
 

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch._dynamo.utils import counters
 
-from asic_backend.device import Device
+from asic_backend.sim.device import Device
 from tests.accounting import reference_macs
 
 transformers = pytest.importorskip("transformers")

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from pytest_nobreak.events import BreakEvent, Figures
-from pytest_nobreak.html_report import render_html
-from pytest_nobreak.json_report import TestRecord, build_report
+from pytest_nobreak.report.html_report import render_html
+from pytest_nobreak.report.json_report import TestRecord, build_report
+from pytest_nobreak.watch.events import BreakEvent, Figures
 from tests.browser.chromium import console_errors, visible_ids
 
 SPECIALIZED = BreakEvent(

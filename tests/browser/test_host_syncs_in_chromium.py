@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from pytest_nobreak.events import BreakEvent, Figures, GemmRecord
-from pytest_nobreak.html_report import render_html
-from pytest_nobreak.json_report import TestRecord, build_report
+from pytest_nobreak.report.html_report import render_html
+from pytest_nobreak.report.json_report import TestRecord, build_report
+from pytest_nobreak.watch.events import BreakEvent, Figures, GemmRecord
 from tests.browser.chromium import console_errors, open_page
 
 ROOF = {"peak_ops_per_s": 32.8e12, "bandwidth_bytes_per_s": 100e9, "description": "default"}

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from asic_backend import host_gemm
+from asic_backend.sim import host_gemm
 from tests.browser.chromium import console_errors, open_page
 
 PAYLOAD = "</script><script>document.title='pwned'</script><b class=pwned>x</b>"

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from pytest_nobreak.html_report import render_html
-from pytest_nobreak.json_report import build_report
+from pytest_nobreak.report.html_report import render_html
+from pytest_nobreak.report.json_report import build_report
 from tests.browser.chromium import console_errors, open_page, visible_ids
 from tests.unit.test_owner_reports import MINE, THEIRS, TORCHS, record
 

@@ -16,8 +16,8 @@ from collections.abc import Callable
 import pytest
 
 from asic_backend import SIM_VERSION
-from pytest_nobreak.baseline import Baseline, dump_baseline
-from pytest_nobreak.events import Figures
+from pytest_nobreak.gate.baseline import Baseline, dump_baseline
+from pytest_nobreak.watch.events import Figures
 from tests.plugin.conftest import Models
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")

@@ -2,7 +2,7 @@
 
 Each case runs a real inner pytest session (pytester, in-process unless xdist is needed) over a
 tiny linear compiled with ``--asic-backend``. The simulated figures are checked for equality with
-the cycle model (``asic_backend.cycles.gemm_cost``), never for timing.
+the cycle model (``asic_backend.sim.cycles.gemm_cost``), never for timing.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from asic_backend import SIM_VERSION
-from asic_backend.config import AsicConfig
-from asic_backend.cycles import ACC_BYTES, GemmCost, gemm_cost
+from asic_backend.sim.config import AsicConfig
+from asic_backend.sim.cycles import ACC_BYTES, GemmCost, gemm_cost
 from pytest_nobreak.benchmark import INSTALL_HINT
-from pytest_nobreak.reporting import torch_version
+from pytest_nobreak.report.controller import torch_version
 
 pytest.importorskip("pytest_benchmark")
 
@@ -230,7 +230,7 @@ def test_host_macs_are_those_of_one_call(pytester: pytest.Pytester) -> None:
 ROOFLINE_TESTS = """
 import torch
 from asic_backend import make_backend
-from asic_backend.device import get_device, run_mm_i32
+from asic_backend.sim.device import get_device, run_mm_i32
 
 
 def test_square(asic_benchmark):

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from pytest_nobreak.fixes import FIXES, Rules, code_of, fix_for
+from pytest_nobreak.watch.fixes import FIXES, Rules, code_of, fix_for
 
 # One module of marked tests: test_broken_<name> breaks, test_fixed_<name> is its rewrite.
 EXAMPLES = r"""

@@ -247,7 +247,7 @@ def test_asic_backend_fails_on_any_sync_and_the_device_pays_for_it(
     entry = entries["test_case.py::test_case"]
     assert entry["host_syncs"] == 2
     assert entry["asic"]["syncs"] == 2  # the device stalled for each of them
-    from asic_backend.config import DEFAULT_SYNC_CYCLES
+    from asic_backend.sim.config import DEFAULT_SYNC_CYCLES
 
     # The linear's GEMMs ran; the syncs added their fixed cost on top.
     assert entry["asic"]["cycles"] > 2 * DEFAULT_SYNC_CYCLES

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from pytest_nobreak.html_report import GENERATOR
+from pytest_nobreak.report.html_report import GENERATOR
 
 QUIET = ("-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning")
 

@@ -15,8 +15,8 @@ import subprocess
 import pytest
 import torch
 
-from pytest_nobreak.hf_models import hf_inputs
-from pytest_nobreak.model_spec import InputSpec, SpecError, parse_inputs, parse_spec
+from pytest_nobreak.models.hf import hf_inputs
+from pytest_nobreak.models.spec import InputSpec, SpecError, parse_inputs, parse_spec
 
 QUIET = ("-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning")
 
@@ -282,8 +282,8 @@ def test_an_hf_model_with_a_task_head(pytester: pytest.Pytester) -> None:
 def test_a_sweep_skips_what_cannot_be_built_with_the_reason(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("pytest_nobreak.hf_models.MAX_PARAMS", 1000)
-    monkeypatch.setattr("pytest_nobreak.hf_models.hf_set", lambda name: ["hf:bert", "hf:vit"])
+    monkeypatch.setattr("pytest_nobreak.models.hf.MAX_PARAMS", 1000)
+    monkeypatch.setattr("pytest_nobreak.models.hf.hf_set", lambda name: ["hf:bert", "hf:vit"])
     result = run(pytester, "--nobreak-model", "hf:vision", "-rs", "--nobreak-json", "r.json")
     result.assert_outcomes(skipped=6)
     result.stdout.fnmatch_lines(
@@ -299,7 +299,7 @@ def test_a_named_model_that_cannot_be_built_fails(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A gate on a model the user named must not pass the day the model stops building."""
-    monkeypatch.setattr("pytest_nobreak.hf_models.MAX_PARAMS", 1000)
+    monkeypatch.setattr("pytest_nobreak.models.hf.MAX_PARAMS", 1000)
     result = run(pytester, "--nobreak-model", "hf:bert", "--nobreak-json", "r.json")
     result.assert_outcomes(failed=3)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -336,7 +336,7 @@ def test_a_named_model_that_cannot_be_built_fails(
 def test_inputs_are_inferred_per_modality(
     model_type: str, expected: dict[str, tuple[int, ...]]
 ) -> None:
-    from pytest_nobreak.hf_models import build_hf
+    from pytest_nobreak.models.hf import build_hf
 
     inputs = hf_inputs(build_hf(model_type, ""), batch=2, seq=16)
     shapes = {k: tuple(v.shape) for k, v in inputs.items() if isinstance(v, torch.Tensor)}
@@ -480,8 +480,8 @@ def test_two_files_of_one_name_are_two_models(pytester: pytest.Pytester) -> None
 def test_a_factory_builds_the_same_weights_in_every_process(fac: pytest.Pytester) -> None:
     import random
 
-    from pytest_nobreak.model_spec import ModelSpec
-    from pytest_nobreak.models import build
+    from pytest_nobreak.models.build import build
+    from pytest_nobreak.models.spec import ModelSpec
 
     def factory() -> torch.nn.Module:
         return torch.nn.Linear(8, 4)
@@ -608,7 +608,7 @@ def test_hf_models_without_transformers_are_a_usage_error(
 def test_the_time_limit_leaves_an_outer_timer_running() -> None:
     import signal
 
-    from pytest_nobreak.models import time_limit
+    from pytest_nobreak.models.build import time_limit
 
     signal.setitimer(signal.ITIMER_REAL, 100.0)
     try:

@@ -326,7 +326,7 @@ ASIC = """
 import torch
 from torch import nn
 
-from asic_backend.device import get_device
+from asic_backend.sim.device import get_device
 
 
 def mlp():
@@ -536,7 +536,7 @@ CLEARS_COUNTERS = """
 import torch
 import torch._dynamo.utils
 
-from asic_backend.device import reset_all
+from asic_backend.sim.device import reset_all
 
 
 def branchy(x):
@@ -601,7 +601,7 @@ def test_the_asic_backends_warning_points_at_the_users_line(models: Models) -> N
 DEVICE_STATE = """
 import torch
 
-from asic_backend.device import get_device
+from asic_backend.sim.device import get_device
 
 
 def test_first():

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_nobreak.config import OPTIONS, NobreakConfig
-from pytest_nobreak.fixes import fix_for
+from pytest_nobreak.watch.fixes import fix_for
 from tests.plugin.conftest import Models, without_html_details
 
 QUIET = ("-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning")
@@ -535,7 +535,7 @@ def test_json_report_has_every_watched_test(models: Models) -> None:
                 "line": models.line("branch"),
                 "reason": marked["breaks"][0]["reason"],
                 "call_sites": [{"file": "test_json.py", "line": 6}],  # the test's own line
-                # The fix rewrites the user's line (pytest_nobreak.fixes).
+                # The fix rewrites the user's line (pytest_nobreak.watch.fixes).
                 "fix": BRANCH_FIX,
                 "owner": "own",
             }
@@ -692,7 +692,7 @@ def test_a_plain_run_without_watched_tests_does_not_import_torch(pytester: pytes
 def recheck(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     """``check_torch`` run afresh under the test's patches, and afresh after they are undone
     (it is cached for the process)."""
-    from pytest_nobreak import _torch_compat
+    from pytest_nobreak.watch import dynamo as _torch_compat
 
     _torch_compat.check_torch.cache_clear()
     yield monkeypatch
@@ -702,7 +702,7 @@ def recheck(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
 
 def refusal() -> str:
     """The one line ``check_torch`` refuses this torch with."""
-    from pytest_nobreak import _torch_compat
+    from pytest_nobreak.watch import dynamo as _torch_compat
 
     with pytest.raises(_torch_compat.TorchCompatError) as excinfo:
         _torch_compat.check_torch()
@@ -763,7 +763,7 @@ def test_an_older_torch_is_refused_in_one_line(recheck: pytest.MonkeyPatch) -> N
 
 def test_the_accept_command_repeats_nobreak_unmarked(pytester: pytest.Pytester) -> None:
     """``fail`` watches every test: re-recording without it would drop their entries."""
-    from pytest_nobreak.reporting import update_command
+    from pytest_nobreak.report.controller import update_command
 
     config = pytester.parseconfig("--nobreak-unmarked", "fail", "--nobreak-baseline", "b.json")
     settings = NobreakConfig.from_pytest_config(config)

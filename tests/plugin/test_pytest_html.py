@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_nobreak.html_columns import COLUMNS, EXTRA_NAME
+from pytest_nobreak.report.html_columns import COLUMNS, EXTRA_NAME
 
 pytest.importorskip("pytest_html")
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nobreak.fixes import fix_for
-from pytest_nobreak.reporting import sim_version
+from pytest_nobreak.report.controller import sim_version
+from pytest_nobreak.watch.fixes import fix_for
 from tests.plugin.conftest import Models, without_html_details
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -517,7 +517,7 @@ def test_a_json_report_that_cannot_be_written_at_the_end_is_one_line(
     def full_disk(target: object, text: str) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr("pytest_nobreak.json_report.write_atomic", full_disk)
+    monkeypatch.setattr("pytest_nobreak.report.json_report.write_atomic", full_disk)
     result = run(models, "--nobreak-json", "r.json", suite=CLEAN)
     assert result.ret == 1  # the tests passed; the report could not be written
     result.assert_outcomes(passed=2)
@@ -558,7 +558,7 @@ def test_a_baseline_that_cannot_be_written_is_one_line(
     def full_disk(target: object, text: str) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr("pytest_nobreak.baseline.write_atomic", full_disk)
+    monkeypatch.setattr("pytest_nobreak.gate.baseline.write_atomic", full_disk)
     result = run(models, "--nobreak-baseline", "b.json", "--nobreak-update-baseline", suite=CLEAN)
     assert result.ret == 1
     errors = nobreak_lines(result)
@@ -574,7 +574,7 @@ def test_a_crash_in_one_report_is_one_line_and_the_others_still_run(
     def broken(*args: object, **kwargs: object) -> list[str]:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("pytest_nobreak.github.emit", broken)
+    monkeypatch.setattr("pytest_nobreak.report.github.emit", broken)
     result = run(models, "--nobreak-json", "r.json", suite=CLEAN)
     assert result.ret == 1
     result.assert_outcomes(passed=2)

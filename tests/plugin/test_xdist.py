@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from asic_backend import SIM_VERSION
-from pytest_nobreak.baseline import load_baseline
+from pytest_nobreak.gate.baseline import load_baseline
 from tests.plugin.conftest import Models
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -83,8 +83,8 @@ if MODE == "regress":
 CONFTEST = """
 import os
 
-import pytest_nobreak.baseline
-import pytest_nobreak.json_report
+import pytest_nobreak.gate.baseline
+import pytest_nobreak.report.json_report
 
 _ORIGINALS = {}
 
@@ -92,7 +92,7 @@ _ORIGINALS = {}
 def pytest_configure(config):
     role = config.workerinput["workerid"] if hasattr(config, "workerinput") else "controller"
     log = config.rootpath / "writes.log"
-    for module in (pytest_nobreak.baseline, pytest_nobreak.json_report):
+    for module in (pytest_nobreak.gate.baseline, pytest_nobreak.report.json_report):
         original = _ORIGINALS.setdefault(module, module.write_atomic)
 
         def logged(path, text, original=original):

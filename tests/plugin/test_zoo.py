@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nobreak.zoo import main, render_zoo
+from pytest_nobreak.report.zoo import main, render_zoo
 from tests.plugin.test_model_spec import FACTORIES, QUIET
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ def test_a_small_run_gives_each_kind_of_row(
 ) -> None:
     pytester.makepyfile(fac=FACTORIES)
     monkeypatch.setenv("NB_BREAK", "1")
-    monkeypatch.setattr("pytest_nobreak.hf_models.MAX_PARAMS", 1000)
+    monkeypatch.setattr("pytest_nobreak.models.hf.MAX_PARAMS", 1000)
     result = pytester.runpytest(
         *QUIET,
         *("--nobreak-model", "fac.py:mlp", "--nobreak-model", "fac.py:branchy"),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nobreak.atomic import write_atomic
+from pytest_nobreak.gate.atomic import write_atomic
 
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions and symlinks")
 
@@ -103,8 +103,9 @@ def test_the_reporting_modules_import_neither_torch_nor_pytest() -> None:
     # on first use, so these must not pull it in.
     code = (
         "import sys\n"
-        "import pytest_nobreak.atomic, pytest_nobreak.baseline, pytest_nobreak.github\n"
-        "import pytest_nobreak.json_report, pytest_nobreak.junit\n"
+        "import pytest_nobreak.gate.atomic, pytest_nobreak.gate.baseline\n"
+        "import pytest_nobreak.report.github\n"
+        "import pytest_nobreak.report.json_report, pytest_nobreak.report.junit\n"
         "print(sorted({'torch', 'pytest', '_pytest'} & set(sys.modules)))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nobreak.baseline import (
+from pytest_nobreak.gate.baseline import (
     BETTER,
     Baseline,
     BaselineError,
@@ -20,7 +20,7 @@ from pytest_nobreak.baseline import (
     updated,
     write_baseline,
 )
-from pytest_nobreak.events import ALL_FIGURES, ASIC_FIGURES, Figures
+from pytest_nobreak.watch.events import ALL_FIGURES, ASIC_FIGURES, Figures
 
 A = "tests/test_m.py::test_a"
 B = "tests/test_m.py::test_b"

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nobreak import github
-from pytest_nobreak.baseline import Baseline, Comparison, compare
-from pytest_nobreak.events import BreakEvent, Figures
-from pytest_nobreak.github import emit, step_summary_markdown
-from pytest_nobreak.json_report import TestRecord
+from pytest_nobreak.gate.baseline import Baseline, Comparison, compare
+from pytest_nobreak.report import github
+from pytest_nobreak.report.github import emit, step_summary_markdown
+from pytest_nobreak.report.json_report import TestRecord
+from pytest_nobreak.watch.events import BreakEvent, Figures
 
 WS = "/home/runner/work/proj/proj"
 SEED = BreakEvent(

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from pytest_nobreak import github
-from pytest_nobreak.baseline import (
+from pytest_nobreak.gate.baseline import (
     Baseline,
     BaselineError,
     Change,
@@ -27,9 +26,11 @@ from pytest_nobreak.baseline import (
     updated,
     write_baseline,
 )
-from pytest_nobreak.events import BreakEvent, CallSite, Figures
-from pytest_nobreak.html_columns import COLUMNS, HtmlColumns
-from pytest_nobreak.json_report import (
+from pytest_nobreak.gate.shards import baseline_of, merge_shards
+from pytest_nobreak.report import github
+from pytest_nobreak.report.controller import SessionReporter, figures_table
+from pytest_nobreak.report.html_columns import COLUMNS, HtmlColumns
+from pytest_nobreak.report.json_report import (
     TestRecord,
     build_report,
     dump_report,
@@ -37,11 +38,10 @@ from pytest_nobreak.json_report import (
     merge_report,
     write_report,
 )
-from pytest_nobreak.junit import junit_properties
-from pytest_nobreak.render import KIND_LABELS, event_line
-from pytest_nobreak.reporting import SessionReporter, figures_table
-from pytest_nobreak.shards import baseline_of, merge_shards
-from pytest_nobreak.zoo import render_zoo, rows_of
+from pytest_nobreak.report.junit import junit_properties
+from pytest_nobreak.report.zoo import render_zoo, rows_of
+from pytest_nobreak.watch.events import BreakEvent, CallSite, Figures
+from pytest_nobreak.watch.render import KIND_LABELS, event_line
 
 A = "tests/test_m.py::test_a"
 B = "tests/test_m.py::test_b"

@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from pytest_nobreak.baseline import Baseline, compare
-from pytest_nobreak.events import BreakEvent, CallSite, ChainLink, Figures, GemmRecord
-from pytest_nobreak.html_report import (
+from pytest_nobreak.gate.baseline import Baseline, compare
+from pytest_nobreak.report.html_report import (
     GENERATOR,
     HtmlReportError,
     check_html_path,
     render_html,
 )
-from pytest_nobreak.json_report import TestRecord, build_report
+from pytest_nobreak.report.json_report import TestRecord, build_report
+from pytest_nobreak.watch.events import BreakEvent, CallSite, ChainLink, Figures, GemmRecord
 
 EVIL = "</script><script>alert(1)</script><b class=pwned>x</b>"
 ROOF = {"peak_ops_per_s": 32.8e12, "bandwidth_bytes_per_s": 100e9, "description": "default"}
@@ -242,10 +242,10 @@ def test_a_path_that_holds_another_file_is_never_clobbered(tmp_path: Path) -> No
 
 
 def test_the_op_families_are_the_simulators() -> None:
-    """``events.OP_FAMILIES`` restates ``asic_backend.device.GEMM_FAMILIES`` (events must not
+    """``events.OP_FAMILIES`` restates ``asic_backend.sim.device.GEMM_FAMILIES`` (events must not
     import the simulator, which imports torch): the two must not drift apart."""
-    from asic_backend.device import GEMM_FAMILIES
-    from pytest_nobreak.events import OP_FAMILIES
+    from asic_backend.sim.device import GEMM_FAMILIES
+    from pytest_nobreak.watch.events import OP_FAMILIES
 
     assert OP_FAMILIES == GEMM_FAMILIES
 

@@ -10,9 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_nobreak.events import BreakEvent, CallSite, ChainLink, Figures, GemmRecord, OtherSite
-from pytest_nobreak.fixes import fix_for
-from pytest_nobreak.json_report import (
+from pytest_nobreak.report.json_report import (
     ReportError,
     TestRecord,
     build_report,
@@ -24,7 +22,16 @@ from pytest_nobreak.json_report import (
     read_report,
     write_report,
 )
-from pytest_nobreak.junit import junit_properties
+from pytest_nobreak.report.junit import junit_properties
+from pytest_nobreak.watch.events import (
+    BreakEvent,
+    CallSite,
+    ChainLink,
+    Figures,
+    GemmRecord,
+    OtherSite,
+)
+from pytest_nobreak.watch.fixes import fix_for
 
 SEED_BREAK = BreakEvent(
     kind="backend_error",
@@ -74,7 +81,7 @@ def test_a_record_renders_as_the_documented_schema() -> None:
                 "line": 12,
                 "reason": "aten._local_scalar_dense: data-dependent",
                 "owner": "own",
-                # The fixes table's, for this id and reason (pytest_nobreak.fixes).
+                # The fixes table's, for this id and reason (pytest_nobreak.watch.fixes).
                 "fix": fix_for("GB0219", None, "aten._local_scalar_dense: data-dependent"),
             },
             {
@@ -206,9 +213,9 @@ def test_a_note_of_a_model_that_was_not_built_reads_back(tmp_path: Path) -> None
 
 
 def test_the_roof_fields_are_the_ones_the_report_checks() -> None:
-    from asic_backend.config import AsicConfig
+    from asic_backend.sim.config import AsicConfig
     from pytest_nobreak.benchmark import roof_fields
-    from pytest_nobreak.json_report import ROOF_FIELDS
+    from pytest_nobreak.report.json_report import ROOF_FIELDS
 
     assert set(roof_fields(AsicConfig.preset("gemmini"))) == set(ROOF_FIELDS)
 

@@ -9,11 +9,11 @@ import re
 
 import pytest
 
-from pytest_nobreak import github
-from pytest_nobreak.events import BreakEvent, Figures
-from pytest_nobreak.html_report import render_html
-from pytest_nobreak.json_report import TestRecord, build_report
-from pytest_nobreak.reporting import figures_table, owner_lines
+from pytest_nobreak.report import github
+from pytest_nobreak.report.controller import figures_table, owner_lines
+from pytest_nobreak.report.html_report import render_html
+from pytest_nobreak.report.json_report import TestRecord, build_report
+from pytest_nobreak.watch.events import BreakEvent, Figures
 from tests.unit.test_html_report import Page, detail_text
 
 MINE = BreakEvent(

@@ -7,10 +7,16 @@ import dataclasses
 
 import pytest
 
-from pytest_nobreak.events import BreakEvent, CallSite, ChainLink, Figures, OtherSite
-from pytest_nobreak.json_report import TestRecord
-from pytest_nobreak.render import allow_hint, percent, render_event, render_failure, short_path
-from pytest_nobreak.reporting import figures_table
+from pytest_nobreak.report.controller import figures_table
+from pytest_nobreak.report.json_report import TestRecord
+from pytest_nobreak.watch.events import BreakEvent, CallSite, ChainLink, Figures, OtherSite
+from pytest_nobreak.watch.render import (
+    allow_hint,
+    percent,
+    render_event,
+    render_failure,
+    short_path,
+)
 
 WHY = "torch.float64 operands: the DUT path quantizes float32/bfloat16/float16 only"
 CONV = BreakEvent(

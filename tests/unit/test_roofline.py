@@ -7,8 +7,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from pytest_nobreak import roofline
-from pytest_nobreak.roofline import Point, Roof, render_svg
+from pytest_nobreak.report import roofline
+from pytest_nobreak.report.roofline import Point, Roof, render_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
 FAST = Roof("fast", peak_ops_per_s=32e12, bandwidth_bytes_per_s=100e9, description="fast (128x128)")

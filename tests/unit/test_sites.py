@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import sysconfig
 
-from pytest_nobreak.events import OWN, CallSite
-from pytest_nobreak.sites import (
+from pytest_nobreak.watch.events import OWN, CallSite
+from pytest_nobreak.watch.sites import (
     MAX_CALL_SITES,
     Frame,
     display_path,

@@ -1,0 +1,95 @@
+"""``asic::dyn_sdpa``: scaled dot-product attention with its two matmuls on the DUT.
+
+QKᵀ and PV are activation x activation GEMMs, quantized dynamically as ``asic::dyn_matmul``
+does (:func:`asic_backend.ops.linear.dut_matmul`: the left operand per row, the right one per
+column), one DUT GEMM per batch element and head. Scale, masks and softmax run on the host in
+float32, as PyTorch's math path (``_scaled_dot_product_attention_math``) does them: a boolean
+mask or ``is_causal`` (top-left aligned) masks with -inf, a float mask is added, rows with
+nothing left to attend to come out as zeros (``_safe_softmax``), and grouped key/value heads
+(``enable_gqa``) are repeated to the query's heads.
+
+>>> import asic_backend.ops.attention
+>>> q = k = v = torch.randn(2, 4, 16, 8)
+>>> torch.ops.asic.dyn_sdpa(q, k, v, None, True, None, False, "default").shape
+torch.Size([2, 4, 16, 8])
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from asic_backend.ops.library import dut_op
+from asic_backend.ops.linear import dut_matmul
+
+__all__ = ["dyn_sdpa"]
+
+# A typed handle on an untyped torch helper (mypy --strict).
+_check: Callable[[Any, Callable[[], str]], None] = torch._check
+
+
+@dut_op("asic::dyn_sdpa")
+def dyn_sdpa(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    attn_mask: Tensor | None,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+    device: str,
+) -> Tensor:
+    """``softmax(q·kᵀ·scale + mask)·v`` with both GEMMs on the DUT; see the module doc."""
+    length, source = q.shape[-2], k.shape[-2]
+    if enable_gqa and q.dim() >= 3 and k.shape[-3] != q.shape[-3]:
+        repeat = q.shape[-3] // k.shape[-3]
+        k = k.repeat_interleave(repeat, dim=-3)
+        v = v.repeat_interleave(repeat, dim=-3)
+    alpha = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = dut_matmul(q, k.transpose(-2, -1), device, alpha=alpha)
+    if is_causal:
+        keep = torch.ones(length, source, dtype=torch.bool, device=q.device).tril()
+        scores.masked_fill_(~keep, -math.inf)
+    if attn_mask is None:
+        # Every row keeps at least one score (causal keeps the diagonal): a plain softmax.
+        probs = torch.softmax(scores, -1)
+    else:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, -math.inf)
+        else:
+            scores = scores + attn_mask.to(torch.float32)
+        probs = torch.ops.aten._safe_softmax(scores, -1)
+    return _laid_out_like(q, dut_matmul(probs, v, device).to(q.dtype))
+
+
+def _laid_out_like(q: Tensor, out: Tensor) -> Tensor:
+    """``out`` in the memory layout of ``q``, as PyTorch's CPU attention returns it: a graph
+    traced against that op may ``view`` the output through it (torch 2.12's
+    ``multi_head_attention_forward`` does, where 2.13 reshapes)."""
+    if out.shape != q.shape or q.is_contiguous():
+        return out.contiguous()
+    return torch.empty_like(q).copy_(out)
+
+
+@dyn_sdpa.register_fake
+def _(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    attn_mask: Tensor | None,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+    device: str,
+) -> Tensor:
+    _check(
+        q.shape[-1] == k.shape[-1],
+        lambda: f"asic::dyn_sdpa: q and k differ in their last dim: {q.shape} vs {k.shape}",
+    )
+    if v.shape[-1] == q.shape[-1]:
+        return torch.empty_like(q)  # q's layout, as the kernel returns it
+    return q.new_empty((*q.shape[:-1], v.shape[-1]))

@@ -1,0 +1,354 @@
+"""Which exact host kernel computes the DUT's int8 × int8 → int32 products.
+
+The simulated DUT's numbers do not depend on how the host computes them, only that it does so
+exactly. Three kernels are exact for every reduction length the int32 fast path takes
+(``K <= INT_MM_MAX_K``):
+
+- ``int_mm``: ``torch._int_mm``, fast where the CPU has an int8 dot-product unit (AVX-512 VNNI,
+  AVX-VNNI, AMX), and 10-20x slower than a float GEMM where it has not (AVX2 alone);
+- ``float32``: float32 GEMMs over slices of K, summed in int32: every product of two int8
+  values is at most 2^14 in magnitude, so a slice of :data:`FLOAT32_SLICE` keeps every partial
+  sum an integer within 2^24, which float32 holds exactly, in any summation order; a weight
+  whose values are smaller allows longer slices (:func:`slice_length`);
+- ``float64``: one float64 GEMM, exact while K·2^14 < 2^53. Measured never faster than
+  ``float32`` (1.3-1.8x slower at each of the int8 benchmark's layer shapes, on an AVX-512
+  host), so only forcing it picks it.
+
+:func:`kernel` picks one: ``$ASIC_HOST_GEMM`` (``int_mm``, ``float32``, ``float64`` or
+``auto``), else ``auto``: ``int_mm`` on a CPU with an int8 dot-product unit, ``float32``
+otherwise. The CPU is read once per process; the variable on each use (a dictionary lookup),
+so a test or a benchmark can set it. Under ``int_mm``, a GEMM ``torch._int_mm`` would get wrong
+(K < :data:`INT_MM_MIN_K`, or a host whose int8 kernel saturates) takes ``float32``.
+:func:`mm_i32` and :func:`bmm_i32` are the products every DUT GEMM goes through; the float
+kernels keep the float copy of a weight (``w_static``) while it is unchanged, since converting
+it costs as much as the GEMM.
+
+>>> kernel()                                  # on an AVX2-only host
+'float32'
+>>> mm_i32(a_q, w_q).dtype                    # a_q int8 [M, K], w_q int8 [N, K]
+torch.int32
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import threading
+import warnings
+from collections.abc import Iterator
+
+import torch
+
+from asic_backend.sim.tensor_cache import new_cache, stamp
+
+__all__ = [
+    "ENV_VAR",
+    "F32_EXACT",
+    "FLOAT32_SLICE",
+    "INT_MM_MIN_K",
+    "KERNELS",
+    "bmm_i32",
+    "describe",
+    "float_weight",
+    "forced",
+    "has_int8_unit",
+    "int_mm_is_exact",
+    "kernel",
+    "kernel_for",
+    "mm_i32",
+    "scratch_i32",
+    "slice_length",
+]
+
+#: The kernels, by name.
+KERNELS: tuple[str, ...] = ("int_mm", "float32", "float64")
+#: The environment variable that forces one (or ``auto``).
+ENV_VAR = "ASIC_HOST_GEMM"
+#: float32's last exact integer step: every partial sum of a float32 GEMM slice stays within it.
+F32_EXACT = 1 << 24
+#: The slice of K a float32 GEMM of any int8 operands reduces exactly: 1024 · 2^14 = 2^24.
+FLOAT32_SLICE = F32_EXACT // 2**14
+#: The smallest K given to ``torch._int_mm``: on CPU (torch 2.13, oneDNN) K = 1 with N >= 2 returns
+#: uninitialized memory, silently (found by the property tests); such GEMMs take ``float32``.
+INT_MM_MIN_K = 2
+#: CPU flags of an int8 dot-product unit (Linux ``/proc/cpuinfo`` names).
+_INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+
+_forced: list[str] = []
+
+
+def kernel() -> str:
+    """The kernel this process uses (see the module docstring); a bad ``$ASIC_HOST_GEMM`` is
+    a ``ValueError`` naming the allowed values."""
+    if _forced:
+        return _forced[-1]
+    return _from_env(os.environ.get(ENV_VAR, "auto").strip().lower() or "auto")
+
+
+@functools.cache
+def _from_env(value: str) -> str:
+    if value == "auto":
+        return "int_mm" if has_int8_unit() else "float32"
+    if value not in KERNELS:
+        raise ValueError(f"${ENV_VAR}={value!r} is not one of {', '.join((*KERNELS, 'auto'))}")
+    return value
+
+
+def describe() -> str:
+    """One line for report headers: the kernel and why it was chosen."""
+    name = kernel()
+    if _forced:
+        return f"{name} (forced)"
+    spec = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
+    if spec != "auto":
+        return f"{name} (${ENV_VAR}={spec})"
+    unit = "an int8 dot-product unit" if has_int8_unit() else "no int8 dot-product unit"
+    return f"{name} (auto: {unit} on this CPU)"
+
+
+@functools.cache
+def has_int8_unit() -> bool:
+    """Whether this CPU has an int8 dot-product unit ``torch._int_mm``'s kernels use."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            flags = next((line for line in fh if line.startswith("flags")), "").split()
+    except OSError:
+        flags = []
+    if flags:
+        return any(flag in flags for flag in _INT8_FLAGS)
+    # No cpuinfo (not Linux): torch's own reading; AVX-512 there usually comes with VNNI.
+    capability = str(torch.backends.cpu.get_cpu_capability()).upper()
+    return "AVX512" in capability or "AMX" in capability
+
+
+@contextlib.contextmanager
+def forced(name: str) -> Iterator[None]:
+    """Use kernel ``name`` in the block (tests run the numerics under each one)."""
+    if name not in KERNELS:
+        raise ValueError(f"unknown host GEMM kernel {name!r}; known: {', '.join(KERNELS)}")
+    _forced.append(name)
+    try:
+        yield
+    finally:
+        _forced.pop()
+
+
+def mm_i32(
+    a_q: torch.Tensor,
+    w_q: torch.Tensor,
+    *,
+    out: torch.Tensor | None = None,
+    w_static: bool = False,
+    allow_float32: bool = False,
+) -> torch.Tensor:
+    """``a_q [M, K] · w_q [N, K]ᵀ`` of int8 operands as int32 ``[M, N]``, exactly.
+
+    The caller guarantees ``K <= INT_MM_MAX_K`` (no int32 overflow). ``w_static``: ``w_q`` is a
+    long-lived operand (a weight), so a float kernel keeps its float copy while it is unchanged
+    (:mod:`asic_backend.sim.tensor_cache`) instead of converting it on every call.
+    ``allow_float32``: where a float32 GEMM computed the result in one slice (every value an
+    integer within 2^24, exactly what int32 → float32 gives), return that float32 tensor, new
+    (``out`` unused), for a caller that rescales it in float32: the round trip through int32
+    would cost two passes and change no value.
+    """
+    name = kernel_for(a_q.shape[1])
+    if name == "int_mm":
+        a, w = _row_major(a_q), _row_major(w_q).t()
+        return torch._int_mm(a, w, out=out) if out is not None else torch._int_mm(a, w)
+    dtype = torch.float64 if name == "float64" else torch.float32
+    if dtype == torch.float32 and w_static:
+        return _float32_weight_gemm(a_q, w_q, out, allow_float32)
+    w = float_weight(w_q, dtype) if w_static else w_q.to(dtype)
+    result = _float_mm(a_q.to(dtype), w)
+    return result if out is None else out.copy_(result)
+
+
+#: The most float32 partial products (slices × rows × columns) one batched GEMM of
+#: :func:`_float32_weight_gemm` holds at once: 128 MiB.
+_PARTIALS_MAX = 1 << 25
+
+
+def _float32_weight_gemm(
+    a_q: torch.Tensor, w_q: torch.Tensor, out: torch.Tensor | None, allow_float32: bool = False
+) -> torch.Tensor:
+    """``a_q · w_qᵀ`` by a static weight in float32, exactly, in as few K slices as its values
+    allow (:func:`_weight_slices`: usually one); several slices run as one batched GEMM whose
+    ``[S, M, N]`` partial sums are added in int32 (a loop of slice GEMMs is 15% slower, measured
+    at 256×4096×4096), in blocks of rows when they would pass :data:`_PARTIALS_MAX`."""
+    m, k = a_q.shape
+    if k == 0 or w_q.shape[0] == 0:  # an empty sum, or no columns
+        result = torch.zeros((m, w_q.shape[0]), dtype=torch.int32, device=a_q.device)
+        return result if out is None else out.copy_(result)
+    chunks = _weight_slices(w_q)  # [S, N, L], zero-padded along K
+    slices, n, length = chunks.shape
+    if slices * length == k:
+        a = a_q.to(torch.float32)
+    else:
+        a = torch.zeros((m, slices * length), dtype=torch.float32, device=a_q.device)
+        a[:, :k] = a_q
+    if slices == 1:
+        product = a @ chunks[0].t()
+        if allow_float32:
+            return product
+        return product.to(torch.int32) if out is None else out.copy_(product)
+    if out is None:
+        out = torch.empty((m, n), dtype=torch.int32, device=a_q.device)
+    rows = max(1, _PARTIALS_MAX // (slices * n))
+    w_t = chunks.transpose(1, 2)
+    for lo in range(0, m, rows):
+        block = a[lo : lo + rows]
+        parts = torch.bmm(block.view(-1, slices, length).transpose(0, 1), w_t)
+        torch.sum(parts.to(torch.int32), 0, dtype=torch.int32, out=out[lo : lo + rows])
+    return out
+
+
+def slice_length(w_q: torch.Tensor) -> int:
+    """The longest slice of K (all of it, or :data:`FLOAT32_SLICE` times a power of two) over
+    which a float32 GEMM by the int8 weight ``w_q [N, K]`` is exact for any int8 activations.
+
+    A partial sum is at most ``128 · Σ |w|`` over the slice, in any order: while that stays
+    within 2^24 float32 holds it exactly. The worst case (every weight ±128) allows 1,024; the
+    weights of a quantized layer are mostly far smaller: 2,048 to 4,096 for Gaussian weights
+    quantized per channel (all of K = 2048, half of K = 8192).
+    """
+    n, k = w_q.shape
+    if k <= FLOAT32_SLICE or n == 0:
+        return max(k, 1)
+    bound = F32_EXACT // 128
+    sums = w_q.to(torch.int32).abs_().cumsum(dim=1)  # |Σ| <= 128 · K fits int32
+    if int(sums[:, -1].max()) <= bound:
+        return k
+    length = FLOAT32_SLICE
+    while length * 2 < k and _largest_slice_sum(sums, length * 2) <= bound:
+        length *= 2
+    return length
+
+
+def _largest_slice_sum(sums: torch.Tensor, length: int) -> int:
+    """The largest sum over one slice of ``length`` (the last one may be shorter), from row-wise
+    prefix sums ``[N, K]``."""
+    k = sums.shape[1]
+    ends = sums[:, [*range(length - 1, k - 1, length), k - 1]]
+    starts = torch.nn.functional.pad(ends[:, :-1], (1, 0))
+    return int((ends - starts).max())
+
+
+def _weight_slices(w_q: torch.Tensor) -> torch.Tensor:
+    """A static int8 ``[N, K]`` weight as float32 ``[S, N, L]`` for its :func:`slice_length`
+    ``L``, K zero-padded to whole slices, kept while ``w_q`` is unchanged."""
+
+    def make() -> torch.Tensor:
+        n, k = w_q.shape
+        length = slice_length(w_q)
+        slices = -(-k // length)
+        if slices == 1:
+            return w_q.to(torch.float32).unsqueeze(0)
+        padded = torch.zeros((n, slices * length), dtype=torch.float32, device=w_q.device)
+        padded[:, :k] = w_q
+        return padded.view(n, slices, length).transpose(0, 1).contiguous()
+
+    return _weight_copies["slices"].get(w_q, stamp(w_q), make)
+
+
+def bmm_i32(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
+    """``a_q [B, M, K] · w_q[b] [N, K]ᵀ`` per ``b``, int8 operands, as int32 ``[B, M, N]``,
+    exactly (the caller guarantees ``K <= INT_MM_MAX_K``)."""
+    batch, m, k = a_q.shape
+    name = kernel_for(k)
+    if name == "int_mm":
+        acc = torch.empty((batch, m, w_q.shape[1]), dtype=torch.int32, device=a_q.device)
+        for i in range(batch):
+            torch._int_mm(_row_major(a_q[i]), _row_major(w_q[i]).t(), out=acc[i])
+        return acc
+    # One batched float GEMM (per K slice) instead of B small ones.
+    dtype = torch.float64 if name == "float64" else torch.float32
+    return _float_mm(a_q.to(dtype), w_q.to(dtype))
+
+
+def scratch_i32(m: int, n: int) -> torch.Tensor:
+    """An int32 ``[m, n]`` accumulator this thread reuses from call to call, for a caller that
+    consumes it before its next GEMM (a dequantizing linear).
+
+    A fresh accumulator of a prefill layer is megabytes the OS must fault in and zero on every
+    call: 1.8 ms of a 6 ms 512×2048×8192 GEMM, measured.
+    """
+    numel = m * n
+    buf: torch.Tensor | None = getattr(_scratch, "buf", None)
+    if buf is None or buf.numel() < numel:
+        # A normal tensor even under inference_mode, so it can be written outside it later.
+        with torch.inference_mode(False):
+            buf = torch.empty(numel, dtype=torch.int32)
+        _scratch.buf = buf
+    return buf[:numel].view(m, n)
+
+
+_scratch = threading.local()
+
+
+def kernel_for(k: int) -> str:
+    """The kernel that computes a reduction of length ``k``: :func:`kernel`, except that under
+    ``int_mm`` a GEMM ``torch._int_mm`` would get wrong takes ``float32``."""
+    name = kernel()
+    if name == "int_mm" and (k < INT_MM_MIN_K or not int_mm_is_exact()):
+        return "float32"
+    return name
+
+
+def _float_mm(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``a · wᵀ`` over the last two dimensions of integer-valued float operands, as int32; in
+    float32, summed over K slices short enough to stay exact."""
+    k = a.shape[-1]
+    if a.dtype == torch.float64 or k <= FLOAT32_SLICE:
+        return (a @ w.mT).to(torch.int32)
+    acc: torch.Tensor | None = None
+    for start in range(0, k, FLOAT32_SLICE):
+        stop = start + FLOAT32_SLICE
+        part = (a[..., start:stop] @ w[..., start:stop].mT).to(torch.int32)
+        acc = part if acc is None else acc.add_(part)
+    assert acc is not None
+    return acc
+
+
+def float_weight(w_q: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``w_q`` as ``dtype``, kept while the int8 tensor ``w_q`` (a weight) is unchanged."""
+    form = "float64" if dtype == torch.float64 else "float32"
+    return _weight_copies[form].get(w_q, stamp(w_q), lambda: w_q.to(dtype))
+
+
+#: The forms the float kernels keep of static int8 operands (weights), one cache per form.
+_weight_copies = {form: new_cache() for form in ("float32", "float64", "slices")}
+
+
+def _row_major(x: torch.Tensor) -> torch.Tensor:
+    """``x`` if oneDNN reads it right as a row-major matrix, else a packed copy.
+
+    ``torch._int_mm`` takes BLAS leading dimensions from the strides, but a size-1 dimension may
+    have any stride (Inductor emits 0) and oneDNN then silently skips the GEMM (pytorch#195066).
+    """
+    if x.stride(1) == 1 and x.stride(0) >= x.shape[1]:
+        return x
+    return x.clone(memory_format=torch.contiguous_format)
+
+
+@functools.cache
+def int_mm_is_exact() -> bool:
+    """Whether ``torch._int_mm`` computes worst-case int8 products exactly on this host.
+
+    Some x86 int8 kernels go through u8·s8 pairs summed in int16 (vpmaddubsw) and saturate there;
+    on such a host the ``int_mm`` kernel hands every GEMM to ``float32``, with a warning.
+    """
+    k = 64
+    vals = torch.tensor([-128, 127, -1, 1], dtype=torch.int8)
+    a = vals.repeat_interleave(k).reshape(4, k)
+    a = torch.cat([a, a.roll(1, dims=1), vals.repeat(k).reshape(4, k)])
+    w = torch.cat([a, a.flip(0)])
+    exact = torch.equal(torch._int_mm(a, w.t()).double(), a.double() @ w.double().t())
+    if not exact:
+        warnings.warn(
+            "asic: torch._int_mm is not exact on this host; the simulator computes its int8 "
+            "GEMMs in float32 instead (correct, slower)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return exact

@@ -1,0 +1,84 @@
+"""Values derived from long-lived tensors (weights), cached while the tensor is unchanged.
+
+The DUT's operators quantize a float weight once, derive requantization parameters once, and
+the host GEMM keeps a float copy of an int8 weight once (:mod:`asic_backend.sim.host_gemm`): each
+keyed by the tensor itself, remade when it is written in place or swapped, and dropped with it.
+
+>>> cache = new_cache()
+>>> w = torch.ones(3)
+>>> cache.get(w, stamp(w), lambda: w.sum()) is cache.get(w, stamp(w), lambda: w.sum())
+True
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, MutableMapping
+from typing import Any, TypeVar, cast
+
+from torch import Tensor
+from torch.utils.weak import WeakIdKeyDictionary
+
+__all__ = ["CACHES", "TensorCache", "clear_caches", "new_cache", "stamp"]
+
+_T = TypeVar("_T")
+
+
+def stamp(t: Tensor | None) -> tuple[Any, ...] | None:
+    """What identifies ``t``'s current contents, or None when that cannot be known."""
+    if t is None:
+        return ()
+    if t.is_inference():
+        # No version counter: an in-place write would go unnoticed.
+        return None
+    return (t.data_ptr(), t._version, tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
+class TensorCache:
+    """Values derived from a long-lived tensor (a weight), keyed by that tensor itself.
+
+    An entry lives as long as its key tensor (weak keys) and is remade when the stamp changes: an
+    in-place write bumps ``_version``, a swap changes ``data_ptr``. Without a stamp (inference
+    tensors) the value is recomputed on every call rather than risk serving stale numbers.
+    """
+
+    def __init__(self) -> None:
+        self._entries = cast(
+            "MutableMapping[Tensor, tuple[tuple[Any, ...], Any]]", WeakIdKeyDictionary()
+        )
+        self._lock = threading.Lock()
+
+    def get(self, key: Tensor, version: tuple[Any, ...] | None, make: Callable[[], _T]) -> _T:
+        """The value made for ``key`` at ``version`` (a :func:`stamp`); None: always remake."""
+        if version is None:
+            return make()
+        with self._lock:
+            hit = self._entries.get(key)
+        if hit is not None and hit[0] == version:
+            value: _T = hit[1]
+            return value
+        value = make()
+        with self._lock:
+            self._entries[key] = (version, value)
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+#: Every cache of values derived from weights, so :func:`clear_caches` empties them all.
+CACHES: list[TensorCache] = []
+
+
+def new_cache() -> TensorCache:
+    """A :class:`TensorCache` that :func:`clear_caches` clears."""
+    cache = TensorCache()
+    CACHES.append(cache)
+    return cache
+
+
+def clear_caches() -> None:
+    """Forget every cached quantized weight, requantization parameter and host operand."""
+    for cache in CACHES:
+        cache.clear()

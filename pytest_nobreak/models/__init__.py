@@ -1,0 +1,1 @@
+"""``--nobreak-model SPEC``: the grammar, building the model, ``hf:`` architectures, the items."""

@@ -1,0 +1,384 @@
+"""``hf:<model_type>[:<task>]``: a ``transformers`` architecture, shrunk, with random weights.
+
+No download: the model is built from its config class's defaults, shrunk by :func:`shrink`
+(2 layers, hidden size 64, 4 heads (2 key/value heads), FFN 128, vocabulary 128, 128 positions,
+4 experts (2 per token), 32x32 images in 8x8 patches, 32 audio positions, at most 2 stages of
+1 block for staged vision models), in eval mode. Imported only when a ``--nobreak-model`` is
+given: it imports ``transformers`` and torch.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = [
+    "HF_MAIN_INPUTS",
+    "TASKS",
+    "BuildSkip",
+    "build_hf",
+    "check_hf",
+    "first_line",
+    "hf_inputs",
+    "hf_main_input",
+    "hf_set",
+    "shrink",
+]
+
+#: Task names for ``hf:<model_type>:<task>``, and the auto-mapping that names their class.
+TASKS = {
+    "": "MODEL_MAPPING_NAMES",
+    "causal-lm": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+    "masked-lm": "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+    "seq2seq-lm": "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+    "sequence-classification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+    "token-classification": "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",
+    "question-answering": "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",
+    "image-classification": "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+    "speech-seq2seq": "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES",
+    "ctc": "MODEL_FOR_CTC_MAPPING_NAMES",
+    "audio-classification": "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",
+}
+#: The named sweeps: each is the model types of one task mapping, built with that task's head.
+SET_TASKS = {
+    "*": ("",),
+    "llm": ("causal-lm",),
+    "vision": ("image-classification",),
+    "audio": ("ctc", "audio-classification", "speech-seq2seq"),
+}
+#: The shrunk sizes (one source: the docs quote this module's docstring).
+LAYERS, HIDDEN, HEADS, KV_HEADS, FFN, VOCAB, POSITIONS = 2, 64, 4, 2, 128, 128, 128
+EXPERTS, EXPERTS_PER_TOKEN, IMAGE, PATCH, AUDIO_POSITIONS = 4, 2, 32, 8, 32
+_SET = {
+    **dict.fromkeys(
+        (
+            "num_hidden_layers",
+            "num_layers",
+            "n_layer",
+            "n_layers",
+            "encoder_layers",
+            "decoder_layers",
+            "num_encoder_layers",
+            "num_decoder_layers",
+        ),
+        LAYERS,
+    ),
+    **dict.fromkeys(("hidden_size", "d_model", "n_embd", "embed_dim", "dim"), HIDDEN),
+    **dict.fromkeys(
+        (
+            "num_attention_heads",
+            "n_head",
+            "n_heads",
+            "num_heads",
+            "encoder_attention_heads",
+            "decoder_attention_heads",
+        ),
+        HEADS,
+    ),
+    "num_key_value_heads": KV_HEADS,
+    **dict.fromkeys(
+        (
+            "intermediate_size",
+            "ffn_dim",
+            "encoder_ffn_dim",
+            "decoder_ffn_dim",
+            "n_inner",
+            "d_ff",
+            "moe_intermediate_size",
+            "shared_expert_intermediate_size",
+        ),
+        FFN,
+    ),
+    "vocab_size": VOCAB,
+    **dict.fromkeys(("max_position_embeddings", "max_target_positions"), POSITIONS),
+    # Whisper-like encoders take exactly 2x this many audio frames.
+    "max_source_positions": AUDIO_POSITIONS,
+    **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts"), EXPERTS),
+    "num_experts_per_tok": EXPERTS_PER_TOKEN,
+    "image_size": IMAGE,
+    "patch_size": PATCH,
+}
+_LAYER_KEYS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers")
+_TOKEN_IDS = (
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "decoder_start_token_id",
+    "sep_token_id",
+)
+#: A model still bigger than this after shrinking is skipped (its config defies the rules):
+#: building and compiling it would take most of the per-model time limit.
+MAX_PARAMS = 20_000_000
+
+
+class BuildSkip(Exception):
+    """This architecture cannot be built offline, or its inputs inferred: the check is skipped
+    with this reason."""
+
+
+def _auto() -> Any:
+    try:
+        from transformers.models.auto import configuration_auto, modeling_auto
+    except ImportError as exc:
+        from pytest_nobreak.models.spec import SpecError
+
+        raise SpecError(
+            f"--nobreak-model hf:...: needs transformers, which cannot be imported ({exc}); "
+            "pip install transformers"
+        ) from None
+    return modeling_auto, configuration_auto
+
+
+def check_hf(model_type: str, task: str) -> str | None:
+    """A one-line problem with ``hf:<model_type>[:<task>]`` (what to write), or ``None``."""
+    modeling, configuration = _auto()
+    if task not in TASKS:
+        return f"unknown task {task!r}; tasks: {', '.join(t for t in TASKS if t)}"
+    if model_type not in configuration.CONFIG_MAPPING_NAMES:
+        import difflib
+
+        close = difflib.get_close_matches(model_type, configuration.CONFIG_MAPPING_NAMES, n=3)
+        hint = f" (did you mean {', '.join('hf:' + c for c in close)}?)" if close else ""
+        return f"transformers {_version()} has no model type {model_type!r}{hint}"
+    if model_type not in getattr(modeling, TASKS[task]):
+        tasks = [
+            t or "(base)" for t, names in TASKS.items() if model_type in getattr(modeling, names)
+        ]
+        return (
+            f"{model_type} has no {task or 'base'} model; its tasks: "
+            f"{', '.join(tasks) or 'none this plugin knows'}"
+        )
+    return None
+
+
+def hf_set(name: str) -> list[str]:
+    """The SPECs ``hf:<name>`` expands to, sorted (every xdist worker collects the same)."""
+    modeling, _ = _auto()
+    specs = set()
+    for task in SET_TASKS[name]:
+        for model_type in getattr(modeling, TASKS[task]):
+            specs.add(f"hf:{model_type}" + (f":{task}" if task else ""))
+    return sorted(specs)
+
+
+def _version() -> str:
+    import transformers
+
+    return str(transformers.__version__)
+
+
+def shrink(values: dict[str, Any]) -> dict[str, Any]:
+    """A config dict (``to_dict()``) shrunk by the rules in the module docstring, recursively
+    into sub-configs (``text_config``, ``vision_config``, ``encoder``, ...).
+
+    Sizes tied to a shrunk one follow it: an int equal to the old hidden size (``codebook_dim``,
+    ``embedding_size``) becomes the new one, a list with one entry per layer (``layer_types``)
+    or per stage keeps its first entries, a dict keyed by layer index its first layers.
+    """
+    out = dict(values)
+    staged = isinstance(values.get("depths"), list) and len(values["depths"]) > 2
+    for key, value in values.items():
+        if staged and key in ("embed_dim", "hidden_size"):
+            continue  # per-stage head counts must keep dividing the stage widths
+        if isinstance(value, dict) and "model_type" in value:
+            out[key] = shrink(value)
+        elif key in _SET and isinstance(value, int) and not isinstance(value, bool):
+            out[key] = min(value, _SET[key]) if key != "num_key_value_heads" else KV_HEADS
+    if isinstance(values.get("head_dim"), int):
+        hidden, heads = out.get("hidden_size", HIDDEN), out.get("num_attention_heads", HEADS)
+        out["head_dim"] = max(hidden // max(heads, 1), 1)
+    _follow(values, out)
+    depths = values.get("depths") or []
+    if staged:
+        # Staged models (Swin, ConvNeXt, ResNet): keep 2 stages of 1 block; every per-stage
+        # list of the same length keeps its first two entries so the stages stay consistent.
+        for key, value in values.items():
+            if isinstance(value, list) and len(value) == len(depths):
+                out[key] = value[:2]
+        out["depths"] = [1, 1]
+        if "num_stages" in out:
+            out["num_stages"] = 2
+    for key in ("out_features", "out_indices", "stage_names"):
+        out.pop(key, None)  # a backbone's outputs, derived from its stages: recomputed
+    vocab = out.get("vocab_size")
+    if isinstance(vocab, int):
+        for key in _TOKEN_IDS:
+            token = out.get(key)
+            if isinstance(token, int) and token >= vocab:
+                out[key] = vocab - 1
+    return out
+
+
+def _follow(values: dict[str, Any], out: dict[str, Any]) -> None:
+    """Make the sizes tied to a shrunk one follow it (see :func:`shrink`)."""
+    for hidden_key in ("hidden_size", "d_model", "n_embd"):
+        old, new = values.get(hidden_key), out.get(hidden_key)
+        if isinstance(old, int) and isinstance(new, int) and new != old:
+            break
+    else:
+        old = new = None
+    layers_key = next((k for k in _LAYER_KEYS if isinstance(values.get(k), int)), None)
+    old_layers = values.get(layers_key) if layers_key else None
+    new_layers = out.get(layers_key) if layers_key else None
+    for key, value in values.items():
+        if key in _SET or isinstance(value, bool):
+            continue
+        if old is not None and isinstance(value, int) and value == old and _sizeish(key):
+            out[key] = new
+        elif old_layers and isinstance(value, list) and len(value) == old_layers > 2:
+            out[key] = value[:new_layers]
+        elif (
+            old_layers
+            and isinstance(value, dict)
+            and value
+            and all(isinstance(k, (int, str)) and str(k).isdigit() for k in value)
+        ):
+            out[key] = {k: v for k, v in value.items() if int(k) < int(new_layers or LAYERS)}
+
+
+def _sizeish(key: str) -> bool:
+    return any(part in key for part in ("dim", "size", "hidden", "width", "channels"))
+
+
+def _class(names: Mapping[str, Any], model_type: str) -> Any:
+    import transformers
+
+    name = names[model_type]
+    name = name[0] if isinstance(name, (list, tuple)) else name
+    try:
+        return getattr(transformers, name)
+    except (ImportError, AttributeError) as exc:
+        raise BuildSkip(f"transformers cannot import {name}: {first_line(exc)}") from None
+
+
+def build_hf(model_type: str, task: str) -> nn.Module:
+    """The shrunk model in eval mode, weights from seed 0. Raises :class:`BuildSkip`."""
+    modeling, configuration = _auto()
+    config_cls = _class(configuration.CONFIG_MAPPING_NAMES, model_type)
+    model_cls = _class(getattr(modeling, TASKS[task]), model_type)
+    try:
+        config = config_cls.from_dict(shrink(config_cls().to_dict()))
+    except Exception as exc:
+        raise BuildSkip(f"its config cannot be shrunk: {first_line(exc)}") from None
+    try:
+        with torch.device("meta"):  # count the parameters before allocating them
+            params = sum(p.numel() for p in model_cls(config).parameters())
+        if params > MAX_PARAMS:
+            raise BuildSkip(
+                f"still {params / 1e6:.0f}M parameters after shrinking (limit "
+                f"{MAX_PARAMS / 1e6:.0f}M)"
+            )
+        torch.manual_seed(0)
+        model = model_cls(config)
+    except BuildSkip:
+        raise
+    except Exception as exc:
+        raise BuildSkip(f"{model_cls.__name__} cannot be built: {first_line(exc)}") from None
+    built: nn.Module = model.eval()
+    return built
+
+
+def first_line(exc: BaseException) -> str:
+    """``Type: message``, on one line (a header line ending in ``:`` keeps the next one)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    text = lines[0]
+    if text.endswith(":") and len(lines) > 1:  # a header ("Class validation error ...:")
+        text = f"{text} {lines[1]}"
+    return f"{type(exc).__name__}: {text[:240]}"
+
+
+def _sub(config: Any, attr: str, default: Any) -> Any:
+    """``config.attr``, else that of its text/vision/audio/encoder sub-config."""
+    value = getattr(config, attr, None)
+    if value is not None:
+        return value
+    for sub in ("text_config", "vision_config", "audio_config", "encoder_config", "encoder"):
+        value = getattr(getattr(config, sub, None), attr, None)
+        if value is not None:
+            return value
+    return default
+
+
+def hf_inputs(model: nn.Module, batch: int, seq: int) -> dict[str, Any]:
+    """Inputs for ``model(**inputs)`` inferred from its main input and config: token ids (and
+    an attention mask), pixel values, audio features or waveforms, and decoder token ids for an
+    encoder-decoder. Raises :class:`BuildSkip` for a main input it cannot make."""
+    config = model.config
+    main = getattr(model, "main_input_name", "input_ids")
+    params = inspect.signature(model.forward).parameters
+    make = _MAKERS.get(main) if isinstance(main, str) else None  # some name a list
+    if make is None:
+        first = main if isinstance(main, str) else main[0]
+        raise BuildSkip(
+            f"cannot infer its main input {main!r}; give --nobreak-model-inputs (e.g. {first}=2x16)"
+        )
+    inputs: dict[str, Any] = {main: make(config, batch, seq)}
+    if main == "input_ids" and "attention_mask" in params:
+        inputs["attention_mask"] = torch.ones(batch, seq, dtype=torch.long)
+    if main == "input_ids" and "pixel_values" in params and not _has_image_tokens(config):
+        # A dual encoder (CLIP-like) takes an image beside the text; a model that splices
+        # image features into the text at placeholder tokens is checked on text alone.
+        inputs["pixel_values"] = _pixels(config, batch, seq)
+    if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in params:
+        inputs["decoder_input_ids"] = _ids(config, batch, seq)
+    if "use_cache" in params:
+        inputs["use_cache"] = False  # one forward pass, not a KV cache being filled
+    return inputs
+
+
+def hf_main_input(model_type: str, task: str) -> str:
+    """The name of the main input of the model class (``input_ids``, ``pixel_values``, ...),
+    without building it. Raises :class:`BuildSkip` when the class cannot be imported."""
+    modeling, _ = _auto()
+    return str(getattr(_class(getattr(modeling, TASKS[task]), model_type), "main_input_name", ""))
+
+
+def _has_image_tokens(config: Any) -> bool:
+    return any(
+        getattr(config, key, None) is not None for key in ("image_token_id", "image_token_index")
+    )
+
+
+def _ids(config: Any, batch: int, seq: int) -> torch.Tensor:
+    vocab = int(_sub(config, "vocab_size", VOCAB))
+    # Low ids only: special tokens (image, audio placeholders) sit at the top of a vocabulary.
+    return torch.randint(1, max(vocab // 2, 2), (batch, seq))
+
+
+def _pixels(config: Any, batch: int, seq: int) -> torch.Tensor:
+    size = _sub(config, "image_size", IMAGE)
+    h, w = (size, size) if isinstance(size, int) else tuple(size)[:2]
+    channels = int(_sub(config, "num_channels", 3))
+    return torch.randn(batch, channels, int(h), int(w))
+
+
+def _features(config: Any, batch: int, seq: int) -> torch.Tensor:
+    mels = _sub(config, "num_mel_bins", None)
+    if mels is not None:
+        # Whisper-like: the encoder checks frames == 2 * max_source_positions.
+        frames = 2 * int(_sub(config, "max_source_positions", seq))
+        return torch.randn(batch, int(mels), frames)
+    per_channel = int(_sub(config, "input_feat_per_channel", _sub(config, "feature_size", 80)))
+    channels = int(_sub(config, "input_channels", 1))
+    return torch.randn(batch, 4 * seq, per_channel * channels)
+
+
+def _values(config: Any, batch: int, seq: int) -> torch.Tensor:
+    # A waveform: wav2vec2-style feature encoders downsample by 320.
+    return torch.randn(batch, 320 * seq)
+
+
+#: The main inputs :func:`hf_inputs` can make.
+HF_MAIN_INPUTS = ("input_ids", "pixel_values", "input_features", "input_values")
+_MAKERS: dict[str, Callable[[Any, int, int], torch.Tensor]] = {
+    "input_ids": _ids,
+    "pixel_values": _pixels,
+    "input_features": _features,
+    "input_values": _values,
+}

@@ -1,0 +1,878 @@
+"""Check the ``torch.export`` path: what a device toolchain is handed, not what a JIT runs.
+
+>>> import pytest_nobreak
+>>> result = pytest_nobreak.export_check(model, (x,), dynamic_shapes=({0: Dim("batch")},))
+>>> result.check()        # raises ExportError listing every problem, if any
+>>> ep = result.program   # the non-strict ExportedProgram (else the strict one)
+
+Export fails differently from compile: a break is an exception, not a fallback, and the quiet
+failures are the ones that reach the device. ``export_check`` exports the model in each mode
+asked for (non-strict and strict by default), and makes a problem (a
+:class:`~pytest_nobreak.watch.events.BreakEvent`, rendered like a break) of:
+
+- each mode that raised (``export_error``), at the user's line, with Dynamo's gb id if any;
+- each finding of ``torch.export.draft_export`` (``export_unsound``): a data-dependent
+  expression it had to guess, a custom op with no fake kernel or one that disagrees with the
+  real kernel, a guard that constrained a dimension the user declared dynamic;
+- each dimension the user declared dynamic (``Dim``, ``Dim.AUTO``, ``Dim.DYNAMIC``) that the
+  program made static or narrower than asked (``specialized_dim``), named
+  ``args[0] dim 0 (batch)``;
+- strict and non-strict programs that disagree, in their ops or their outputs on the example
+  inputs, or a program whose outputs differ from the eager model's (``export_mismatch``);
+- each host sync a program holds (``export_sync``: ``.item()``, a boolean mask), where the
+  device that runs it would stop and wait for the host.
+
+Importing this module does not import torch; ``export_check`` does.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import inspect
+import io
+import logging
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from pytest_nobreak.watch.events import BreakEvent
+from pytest_nobreak.watch.monitor import CompileReport, GraphBreakError, Monitor, chained_event
+from pytest_nobreak.watch.monitor import where_fields as _where
+from pytest_nobreak.watch.sites import Frame, Location, is_user_file, library_name, locate
+
+#: The export modes, in the order they run and are preferred for ``ExportReport.program``.
+MODES = ("non-strict", "strict")
+EXPORT_TITLE = "torch.export did not produce a sound program"
+#: ``BreakEvent.gb_type`` of draft_export's findings, by ``FailureType`` name.
+FINDINGS = {
+    "DATA_DEPENDENT_ERROR": "Data-dependent expression guessed",
+    "MISSING_FAKE_KERNEL": "Missing fake kernel",
+    "MISMATCHED_FAKE_KERNEL": "Mismatched fake kernel",
+    "GUARD_ADDED": "Guard on a dynamic dimension",
+}
+_HINTS = {
+    "DATA_DEPENDENT_ERROR": "Add torch._check(...) for the assumption, or rewrite the branch "
+    "with torch.cond / torch.where.",
+    "MISSING_FAKE_KERNEL": "Register one with @torch.library.register_fake (it computes the "
+    "output's shape and dtype from the inputs').",
+    "MISMATCHED_FAKE_KERNEL": "Make the fake kernel compute the real kernel's output shape, "
+    "dtype and strides.",
+    "GUARD_ADDED": "Remove the shape test from the traced code, or declare the dimension "
+    "static (Dim.STATIC) if it really is.",
+}
+_SPECIALIZED_HINT = (
+    "The exported program only accepts the example's size there: remove the shape-dependent "
+    "code, or declare the dimension static if that is what it is."
+)
+_NARROWED_HINT = (
+    "The exported program rejects sizes outside {got}: remove the shape test, or declare the "
+    "range the model really supports (Dim(..., min=, max=))."
+)
+#: How a narrowed dimension's reason says its range, and an ``allow=`` pattern for it (a
+#: dimension made static says "exported static" instead).
+NARROWED_WORDS = "exported in"
+NARROWED = re.escape(NARROWED_WORDS + " [")
+#: Outputs of two programs (or of a program and eager) that differ by less are the same.
+_RTOL, _ATOL = 1e-4, 1e-5
+#: Dynamic dimensions may always be specialized at 0 and 1 (export's 0/1 specialization):
+#: a lower bound up to this is not a narrowing.
+_ZERO_ONE = 2
+#: Ops that compute nothing (see :func:`_op_counts`).
+_NOT_COMPUTE = (
+    "aten._assert",
+    "aten.sym_",
+    "aten.contiguous",
+    "aten.clone",
+    "aten.alias",
+    "aten.lift_fresh",
+    "aten._to_copy",
+    "aten.to.",
+    "aten.reshape",
+    "aten.flatten",
+    "aten.unflatten",
+    "aten.view_as",
+)
+_FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+class ExportError(GraphBreakError):
+    """An exported program has problems; the message lists every one."""
+
+
+@dataclasses.dataclass
+class ExportReport(CompileReport):
+    """What :func:`export_check` found: the problems (``breaks``), and the programs.
+
+    ``programs`` holds the ``ExportedProgram`` of each mode that exported, ``errors`` the
+    exception of each that did not; ``draft`` is draft_export's program (``None`` when it was
+    not run or raised).
+    """
+
+    programs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    errors: dict[str, BaseException] = dataclasses.field(default_factory=dict)
+    draft: Any = None
+    #: The program lowered to the DUT (``asic_backend.lower_exported``), when asked for.
+    lowered: Any = None
+
+    @property
+    def program(self) -> Any:
+        """The first program that exported (non-strict before strict); raises
+        :class:`ExportError` when no mode exported."""
+        for mode in MODES:
+            if mode in self.programs:
+                return self.programs[mode]
+        raise ExportError(self.render(self.events, title=EXPORT_TITLE), self.events)
+
+    def check(  # type: ignore[override]
+        self, *, allow: Sequence[str | re.Pattern[str]] = (), scope: Any = "all"
+    ) -> None:
+        """Raise :class:`ExportError` listing every problem ``allow`` (regexes searched in the
+        id, type, reason and ``file:line``) does not match; ``scope="own"``: only those in
+        the user's code."""
+        try:
+            super().check(allow=allow, scope=scope, title=EXPORT_TITLE)
+        except GraphBreakError as exc:
+            raise ExportError(str(exc), exc.breaks) from None
+
+
+def export_check(
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    dynamic_shapes: Any = None,
+    strict: bool | None = None,
+    draft: bool = True,
+    asic: bool = False,
+    device: Any = None,
+    root: str | None = None,
+    first_party: Sequence[str] = (),
+    caller: Sequence[Frame] = (),
+) -> ExportReport:
+    """Export ``model`` (an ``nn.Module``) on ``args``/``kwargs`` and report every problem.
+
+    ``strict=None`` exports in both modes, ``True`` or ``False`` in that one. ``draft``: also
+    run ``torch.export.draft_export`` (non-strict) for its findings. ``asic``: also run the
+    program on the simulated DUT (:func:`asic_backend.lower_exported` on ``device``, an
+    ``AsicConfig``, preset or TOML path; ``None``: the default) on the example inputs and on
+    a second size of each dynamic dimension, and check its outputs against eager within the
+    int8 bound; the report then has the DUT figures and host fallbacks. ``root``: paths are
+    relative to it (default: the working directory); ``first_party``: installed packages that
+    are the user's code; ``caller``: the stack a problem with no line of its own is placed at
+    (default: the caller of ``export_check``).
+
+    Bad inputs (not a module, ``args`` not a tuple, ``strict`` not a bool) raise
+    ``TypeError``; ``dynamic_shapes`` that do not fit the inputs raise the ``UserError`` of
+    ``torch.export`` with its own message (nothing was exported).
+    """
+    import torch
+
+    from pytest_nobreak.watch import dynamo as _torch_compat
+
+    _torch_compat.check_torch()
+    _check_inputs(torch, model, args, kwargs, strict)
+    kwargs = dict(kwargs or {})
+    here = list(caller) or _caller_stack()
+    checker = _Checker(torch, model, args, kwargs, dynamic_shapes, root, first_party, here)
+    modes = MODES if strict is None else (("strict",) if strict else ("non-strict",))
+    report = checker.run(modes, draft=draft)
+    if asic and report.programs:
+        checker.run_on_dut(device)
+    return report
+
+
+def _check_inputs(torch: Any, model: Any, args: Any, kwargs: Any, strict: Any) -> None:
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(
+            f"export_check: model must be a torch.nn.Module, not {type(model).__name__} "
+            "(wrap a function in a Module whose forward calls it)"
+        )
+    if not isinstance(args, tuple):
+        raise TypeError(
+            f"export_check: args must be a tuple of the model's positional inputs, not "
+            f"{type(args).__name__} (one input: (x,))"
+        )
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise TypeError(f"export_check: kwargs must be a mapping, not {type(kwargs).__name__}")
+    if strict is not None and not isinstance(strict, bool):
+        raise TypeError(f"export_check: strict must be True, False or None, not {strict!r}")
+
+
+def _caller_stack() -> list[Frame]:
+    """The stack outside this package, outermost first: where the user asked for the check."""
+    frames = [Frame(f.filename, f.lineno, f.function) for f in inspect.stack()[1:]]
+    return [f for f in reversed(frames) if "pytest_nobreak" not in f.file.replace("\\", "/")]
+
+
+class _Checker:
+    def __init__(
+        self,
+        torch: Any,
+        model: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        dynamic_shapes: Any,
+        root: str | None,
+        first_party: Sequence[str],
+        caller: list[Frame],
+    ) -> None:
+        import os
+
+        self.torch = torch
+        self.model = model
+        self.args = args
+        self.kwargs = kwargs
+        self.dynamic_shapes = dynamic_shapes
+        self.root = root or os.getcwd()
+        self.first_party = tuple(first_party)
+        self.caller = caller
+        self.report = ExportReport()
+        #: (input name, dim) -> the finding, expression and location of the first guard on it.
+        self.guards: dict[tuple[str, int], tuple[BreakEvent, str, Location]] = {}
+
+    def run(self, modes: Sequence[str], *, draft: bool) -> ExportReport:
+        report = self.report
+        report.exports = 1
+        from pytest_nobreak.watch import dynamo as _torch_compat
+
+        with _quiet(), _torch_compat.untapped():
+            for mode in modes:
+                try:
+                    report.programs[mode] = self.torch.export.export(
+                        self.model,
+                        self.args,
+                        self.kwargs,
+                        dynamic_shapes=self.dynamic_shapes,
+                        strict=mode == "strict",
+                    )
+                except Exception as exc:  # every failure is a finding
+                    if _bad_spec(self.torch, exc):
+                        raise
+                    report.errors[mode] = exc
+            if draft:
+                self._draft()
+        self._add_errors()
+        self._add_syncs()
+        self._add_specialized()
+        self._add_mismatches()
+        return report
+
+    # ----------------------------------------------------------------- the modes' errors
+
+    def _add_errors(self) -> None:
+        """One entry per line of the user's code: both modes failing there is one problem
+        (told by the mode whose error has a gb id, which has a fix). A draft_export finding
+        at that line is the same problem seen once more, and is left out."""
+        merged: dict[tuple[object, ...], tuple[BreakEvent, list[str]]] = {}
+        for mode, exc in self.report.errors.items():
+            event = self._error_event(exc)
+            key = (event.file, event.line)
+            known, modes = merged.get(key, (event, []))
+            better = event if known.gb_id is None and event.gb_id is not None else known
+            merged[key] = (better, [*modes, mode])
+        for finding in [e for e in self.report.events if (e.file, e.line) in merged]:
+            error, modes = merged[(finding.file, finding.line)]
+            if error.gb_id is None:  # the finding names the problem better than an exception
+                named = dataclasses.replace(
+                    error,
+                    gb_type=finding.gb_type,
+                    hints=tuple(dict.fromkeys([*finding.hints, *error.hints])),
+                )
+                merged[(finding.file, finding.line)] = (named, modes)
+        for event in [e for e in self.report.events if (e.file, e.line) in merged]:
+            self.report.events.remove(event)
+            del self.report.counts[event.dedupe_key()]
+        for event, modes in merged.values():
+            self.report.add(dataclasses.replace(event, detail=" and ".join(modes)))
+
+    def _error_event(self, exc: BaseException) -> BreakEvent:
+        from pytest_nobreak.watch import dynamo as tc
+
+        text = str(exc)
+        location = self._where_raised(exc)
+        if isinstance(exc, self.torch._dynamo.exc.Unsupported):
+            # Dynamo's break, as the compile path reads one (its chain, id, hints and docs).
+            return chained_event(
+                "export_error", tc.parse_chain(getattr(exc, "msg", text), text), location
+            )
+        lines = [ln.strip(" -") for ln in text.splitlines() if ln.strip()]
+        head = lines[0] if lines else type(exc).__name__
+        # A constraint violation's first line only says that one happened; the next says how.
+        reason = " ".join(lines[:2]) if head.startswith("Constraints violated") else head
+        return BreakEvent(
+            kind="export_error",
+            gb_type=type(exc).__name__,
+            reason=reason,
+            hints=tuple(ln for ln in lines if ln.lower().startswith("consider"))[:1],
+            **_where(location),
+        )
+
+    def _where_raised(self, exc: BaseException) -> Location:
+        """The user's line an export error is about: Dynamo's stack of the traced code, else
+        the traceback's frames in the user's code, else a file:line the message names, else
+        the first guard draft_export found, else the call of the check."""
+        stack: list[Frame] = []
+        real = getattr(exc, "real_stack", None)
+        if real:
+            stack = [Frame(f.filename, f.lineno, f.name) for f in real]
+        if not any(is_user_file(f.file, self.first_party) for f in stack):
+            tb = exc.__traceback__
+            frames = []
+            while tb is not None:
+                code = tb.tb_frame.f_code
+                frames.append(Frame(code.co_filename, tb.tb_lineno, code.co_name))
+                tb = tb.tb_next
+            # It starts in this module: the caller's frames are not in it.
+            stack = frames if any(is_user_file(f.file, self.first_party) for f in frames) else []
+        # Raised inside torch's tracer: the problem is the line that called into it.
+        while stack and library_name(stack[-1].file) == "torch":
+            stack.pop()
+        if not stack:
+            named = [Frame(m.group(1), int(m.group(2))) for m in _FILE_LINE.finditer(str(exc))]
+            stack = [f for f in named if is_user_file(f.file, self.first_party)][-1:]
+        if not stack and self.guards:
+            return next(iter(self.guards.values()))[2]
+        return self._locate(stack)
+
+    def _locate(self, stack: Sequence[Frame]) -> Location:
+        """Where a problem is: its stack below the caller's (the test's line called it)."""
+        return locate([*self.caller, *stack], self.root, self.first_party)
+
+    # ----------------------------------------------------------------- draft_export
+
+    def _draft(self) -> None:
+        """draft_export's findings. Each ``Dim.AUTO`` of a top-level input goes in as a named
+        ``Dim``: draft_export reports the guards that constrain a dimension only when a
+        constraint is violated, and an AUTO one never is. A guard on such a dimension is only
+        kept as the cause of a dimension the programs specialized (:meth:`_add_specialized`):
+        what else AUTO allowed (two dimensions found equal) is no problem."""
+        torch = self.torch
+        shapes, relaxed = _named_autos(
+            torch, self.model, self.args, self.kwargs, self.dynamic_shapes
+        )
+        try:
+            program = torch.export.draft_export(
+                self.model, self.args, self.kwargs, dynamic_shapes=shapes
+            )
+        except Exception:  # the modes' own errors already say why
+            return
+        self.report.draft = program
+        files = {index: name for name, index in _intern_table(torch).items()}
+        sources = self._input_sources()
+        draft_report = getattr(program, "_report", None)
+        for failure in getattr(draft_report, "failures", None) or ():
+            kind = failure.failure_type.name
+            data = dict(failure.data)
+            stack = [
+                Frame(files.get(frame["filename"], "<unknown>"), frame["line"], frame["name"])
+                for frame in data.get("user_stack") or ()
+            ]
+            if not stack and "op" in data:  # a fake kernel's finding: where the op is called
+                stack = _op_stack(program, str(data["op"]))
+            location = self._locate(stack)
+            event = BreakEvent(
+                kind="export_unsound",
+                gb_type=FINDINGS.get(kind, kind),
+                reason=_finding_reason(kind, data),
+                hints=(_HINTS[kind],) if kind in _HINTS else (),
+                **_where(location),
+            )
+            dims = set()
+            if kind == "GUARD_ADDED":
+                named = _named_expr(str(data["expr"]), data.get("symbol_to_sources") or {}, sources)
+                for symbol, source in (data.get("symbol_to_sources") or {}).items():
+                    dim = sources.get(source)
+                    if dim is not None and re.search(rf"\b{symbol}\b", str(data["expr"])):
+                        dims.add(dim)
+                        self.guards.setdefault(dim, (event, named, location))
+            if kind == "GUARD_ADDED" and (dims <= relaxed or self.report.programs):
+                # Pending: the cause of a specialized AUTO dimension, or nothing. A guard that
+                # broke a declared range would have failed the export, and one did not (seen:
+                # draft_export's real-tensor run guards a batch that export keeps dynamic).
+                continue
+            self.report.add(event)
+
+    def _input_sources(self) -> dict[str, tuple[str, int]]:
+        """``L['x'].size()[0]`` (how a guard names a dimension) -> (``x``, 0), per input."""
+        out: dict[str, tuple[str, int]] = {}
+        for name, value in combine_args(self.model, self.args, self.kwargs).items():
+            if isinstance(value, self.torch.Tensor):
+                for dim in range(value.dim()):
+                    out[f"L[{name!r}].size()[{dim}]"] = (name, dim)
+        return out
+
+    # ----------------------------------------------------------------- host syncs
+
+    def _add_syncs(self) -> None:
+        """Every host sync an exported program holds (``.item()``, a boolean mask, ``nonzero``):
+        the device that runs the program stops there for the host. One entry per op and line,
+        naming the modes."""
+        from asic_backend.lower.host_syncs import find_host_syncs
+
+        found: dict[tuple[object, ...], tuple[BreakEvent, list[str]]] = {}
+        for mode, program in self.report.programs.items():
+            for sync in find_host_syncs(program.graph_module):
+                stack = [Frame(file, line, function) for file, line, function in sync.frames]
+                event = BreakEvent(
+                    kind="export_sync",
+                    gb_type=sync.op,
+                    reason=(
+                        f"the program makes the host wait for a device value ({sync.form}): a "
+                        "device that runs it drains its queue, copies the value back and idles "
+                        "until the host decides what comes next"
+                    ),
+                    fix=sync.fix,
+                    **_where(self._locate(stack)),
+                )
+                found.setdefault(event.site_key(), (event, []))[1].append(mode)
+        for event, modes in found.values():
+            self.report.add(dataclasses.replace(event, detail=" and ".join(modes)))
+
+    # ----------------------------------------------------------------- dynamic dimensions
+
+    def _add_specialized(self) -> None:
+        """Every declared dynamic dimension the programs made static or narrowed: one entry
+        per dimension, naming the modes. Read from each exported program; when none exported,
+        from draft_export's (which relaxes the user's dims to AUTO to get one)."""
+        programs = dict(self.report.programs)
+        if not programs and self.report.draft is not None:
+            programs = {"draft": self.report.draft}
+        found: dict[str, tuple[BreakEvent, list[str]]] = {}
+        declared = _declared_dims(
+            self.torch, self.model, self.args, self.kwargs, self.dynamic_shapes
+        )
+        for mode, program in programs.items():
+            for event in self._specialized_in(program, declared):
+                found.setdefault(event.gb_type, (event, []))[1].append(mode)
+        for event, modes in found.values():
+            shown = " and ".join(m for m in modes if m != "draft") or "draft_export"
+            self.report.add(dataclasses.replace(event, detail=shown))
+        # A guard that made a dimension static is that entry's cause, not a second problem.
+        for guard, _, _ in self.guards.values():
+            if guard.dedupe_key() in self.report.counts and any(
+                e.kind == "specialized_dim" and (e.file, e.line) == (guard.file, guard.line)
+                for e in self.report.events
+            ):
+                self.report.events.remove(guard)
+                del self.report.counts[guard.dedupe_key()]
+
+    def _specialized_in(self, program: Any, declared: list[_Declared]) -> Iterator[BreakEvent]:
+        torch = self.torch
+        values = _user_input_values(torch, program)
+        for name, dim, label, low, high in declared:
+            value = values.get(name)
+            if value is None or dim >= value.dim():
+                continue
+            size = value.shape[dim]
+            guard = self.guards.get((name, dim))
+            location = guard[2] if guard else self._locate([])
+            caused = f" by the guard {guard[1]}" if guard else ""
+            hint = _SPECIALIZED_HINT
+            expr = size.node.expr if isinstance(size, torch.SymInt) else size
+            if isinstance(expr, int) or getattr(expr, "is_number", False):
+                # A fake tensor's static size may still be a SymInt, of a constant.
+                reason = f"declared dynamic ({label}), exported static: {int(expr)}{caused}"
+            else:
+                bounds = program.range_constraints.get(expr)
+                if bounds is None:
+                    continue
+                lower, upper = _bound(bounds.lower), _bound(bounds.upper)
+                narrowed = lower > max(low, _ZERO_ONE) or (
+                    upper is not None and (high is None or upper < high)
+                )
+                if not narrowed:
+                    continue
+                asked = f"[{low}, {'inf' if high is None else high}]"
+                got = f"[{lower}, {'inf' if upper is None else upper}]"
+                reason = f"declared dynamic ({label}) in {asked}, {NARROWED_WORDS} {got}{caused}"
+                hint = _NARROWED_HINT.format(got=got)
+            yield BreakEvent(
+                kind="specialized_dim",
+                gb_type=f"{_input_path(name, self.model, self.args)} dim {dim} ({label})",
+                reason=reason,
+                hints=(hint,),
+                **_where(location),
+            )
+
+    # ----------------------------------------------------------------- on the DUT
+
+    def run_on_dut(self, device: Any) -> None:
+        """Run the program on the DUT on the example inputs and, when it has a dynamic
+        dimension, on one more size of each; compare with eager. Watched by a monitor of its
+        own, whose host fallbacks and DUT figures join the report (its host syncs are the
+        ``export_sync`` entries already)."""
+        from asic_backend.lower.exported import lower_exported
+        from asic_backend.sim.tolerance import (
+            DYN_INT8_MIN_COSINE,
+            DYN_INT8_REL_TOL,
+            cosine,
+            rel_err,
+        )
+
+        torch = self.torch
+        report = self.report
+        report.lowered = lowered = lower_exported(report.program, device=device)
+        runs = [(self.args, self.kwargs)]
+        second = self._second_inputs(report.program)
+        if second is not None:
+            runs.append(second)
+        from pytest_nobreak.watch import dynamo as _torch_compat
+
+        monitor = Monitor(reset=False, root=self.root, first_party=self.first_party)
+        monitor.start()
+        try:
+            # Dynamo's events of the DUT program's compile are not the test's: it compiled
+            # nothing itself (a second size recompiles, which no max_recompiles should see).
+            # What ran on the DUT is counted by the devices, which are not muted.
+            with torch.no_grad(), _torch_compat.untapped():
+                for args, kwargs in runs:
+                    out, ref = lowered(*args, **kwargs), self.model(*args, **kwargs)
+                    for index, (o, r) in enumerate(_tensor_pairs(torch, out, ref)):
+                        err, cos = rel_err(o, r), cosine(o, r)
+                        if err > DYN_INT8_REL_TOL or cos < DYN_INT8_MIN_COSINE:
+                            shapes = [
+                                tuple(t.shape)
+                                for t in [*args, *kwargs.values()]
+                                if isinstance(t, torch.Tensor)
+                            ]
+                            report.add(
+                                BreakEvent(
+                                    kind="export_mismatch",
+                                    gb_type="DUT program differs from eager",
+                                    reason=(
+                                        f"output {index} on inputs {shapes}: relative error "
+                                        f"{err:.3g} (bound {DYN_INT8_REL_TOL}), cosine {cos:.5f}"
+                                        f" (bound {DYN_INT8_MIN_COSINE})"
+                                    ),
+                                    detail="on the DUT",
+                                    **_where(self._locate([])),
+                                )
+                            )
+        finally:
+            ran = monitor.stop()
+        report._asic = ran._asic
+        report.run_macs = ran.run_macs
+        for event in ran.events:
+            if event.kind == "host_fallback":
+                for _ in range(ran.counts[event.dedupe_key()]):
+                    report.add(event)
+
+    def _second_inputs(self, program: Any) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """The example inputs with each dynamic dimension one longer (one shorter at the top
+        of its range); inputs sharing a dimension change together. ``None``: none is dynamic."""
+        torch = self.torch
+        values = _user_input_values(torch, program)
+        combined = combine_args(self.model, self.args, self.kwargs)
+        sizes: dict[Any, int] = {}
+        changed: dict[int, Any] = {}
+        for name, tensor in combined.items():
+            value = values.get(name)
+            if not isinstance(tensor, torch.Tensor) or value is None:
+                continue
+            for dim, size in enumerate(value.shape):
+                expr = size.node.expr if isinstance(size, torch.SymInt) else None
+                if expr is None or getattr(expr, "is_number", True):
+                    continue
+                if expr not in sizes:
+                    bounds = program.range_constraints.get(expr)
+                    upper = _bound(bounds.upper) if bounds is not None else None
+                    now = tensor.shape[dim]
+                    sizes[expr] = now + 1 if upper is None or now + 1 <= upper else now - 1
+                new = sizes[expr]
+                base = changed.get(id(tensor), tensor)
+                changed[id(tensor)] = _resized(torch, base, dim, new)
+        if not changed:
+            return None
+        args = tuple(changed.get(id(a), a) for a in self.args)
+        kwargs = {k: changed.get(id(v), v) for k, v in self.kwargs.items()}
+        return args, kwargs
+
+    # ----------------------------------------------------------------- agreement
+
+    def _add_mismatches(self) -> None:
+        torch = self.torch
+        programs = self.report.programs
+        if not programs:
+            return
+        with torch.no_grad():
+            expected = self.model(*self.args, **self.kwargs)
+            outputs = {m: p.module()(*self.args, **self.kwargs) for m, p in programs.items()}
+        location = self._locate([])
+        for mode, out in outputs.items():
+            problem = _differ(torch, expected, out)
+            if problem:
+                self.report.add(
+                    BreakEvent(
+                        kind="export_mismatch",
+                        gb_type=f"{mode} program differs from eager",
+                        reason=f"on the example inputs: {problem}",
+                        detail=mode,
+                        **_where(location),
+                    )
+                )
+        if len(programs) == 2:
+            ops = {mode: _op_counts(program) for mode, program in programs.items()}
+            strict, loose = ops["strict"], ops["non-strict"]
+            if strict != loose:
+                only = sorted((strict - loose) + (loose - strict))
+                self.report.add(
+                    BreakEvent(
+                        kind="export_mismatch",
+                        gb_type="strict and non-strict programs differ",
+                        reason=(
+                            f"ops in one program only: {', '.join(only[:6])}"
+                            f"{' ...' if len(only) > 6 else ''} (strict {sum(strict.values())}"
+                            f" ops, non-strict {sum(loose.values())})"
+                        ),
+                        detail="strict and non-strict",
+                        **_where(location),
+                    )
+                )
+
+
+# --------------------------------------------------------------------------- torch's parts
+
+
+def _bad_spec(torch: Any, exc: BaseException) -> bool:
+    """A ``dynamic_shapes`` that does not fit the inputs: the user's call is wrong, not the
+    model, so it is raised, not reported."""
+    user_error = getattr(torch._dynamo.exc, "UserError", None)
+    kind = getattr(getattr(exc, "error_type", None), "name", "")
+    return user_error is not None and isinstance(exc, user_error) and kind == "INVALID_INPUT"
+
+
+def _intern_table(torch: Any) -> dict[str, int]:
+    # draft_export's stacks name files by their index in the structured log's intern table.
+    structured = getattr(torch._logging, "structured", None)
+    return dict(getattr(structured, "INTERN_TABLE", {}))
+
+
+def combine_args(model: Any, args: Any, kwargs: Any) -> dict[str, Any]:
+    """The inputs of ``model(*args, **kwargs)`` by the names of its ``forward``'s parameters."""
+    signature = inspect.signature(model.forward)
+    return dict(signature.bind(*args, **kwargs).arguments)
+
+
+def _input_path(name: str, model: Any, args: tuple[Any, ...]) -> str:
+    """``args[0]`` for the first positional input, ``kwargs['mask']`` for a keyword one."""
+    params = list(inspect.signature(model.forward).parameters)
+    index = params.index(name) if name in params else None
+    if index is not None and index < len(args):
+        return f"args[{index}]"
+    return f"kwargs[{name!r}]"
+
+
+#: A dimension declared dynamic: (input name, dim, how it was declared, min, max or None).
+_Declared = tuple[str, int, str, int, "int | None"]
+
+
+def _declared_dims(
+    torch: Any, model: Any, args: Any, kwargs: Any, dynamic_shapes: Any
+) -> list[_Declared]:
+    """Every dimension of a top-level input tensor that ``dynamic_shapes`` declares dynamic."""
+    if dynamic_shapes is None:
+        return []
+    from torch.export.dynamic_shapes import _DimHint, _DimHintType, _tree_map_with_path
+
+    combined = combine_args(model, args, kwargs)
+    out: list[Any] = []
+
+    def visit(path: Any, tensor: Any, spec: Any) -> None:
+        name = str(getattr(path[0], "key", path[0])) if path else "?"
+        if not isinstance(tensor, torch.Tensor) or spec is None:
+            return
+        items = spec.items() if isinstance(spec, Mapping) else enumerate(spec)
+        for dim, hint in items:
+            if isinstance(hint, _DimHint):
+                if hint.type == _DimHintType.STATIC:
+                    continue
+                label = f"Dim.{hint.type.name}"
+                low, high = hint.min, hint.max
+            elif isinstance(hint, torch.export.Dim) or type(hint).__name__ in ("_Dim",):
+                label = getattr(hint, "__name__", str(hint))
+                low, high = getattr(hint, "min", 0), getattr(hint, "max", None)
+            else:
+                continue
+            out.append((name, int(dim), label, int(low or 0), _bound(high)))
+
+    _tree_map_with_path(visit, combined, _by_name(combined, dynamic_shapes))
+    return out
+
+
+def _by_name(combined: dict[str, Any], dynamic_shapes: Any) -> Any:
+    if isinstance(dynamic_shapes, (tuple, list)):
+        return dict(zip(combined, dynamic_shapes, strict=False))
+    return dynamic_shapes
+
+
+def _user_input_values(torch: Any, program: Any) -> dict[str, Any]:
+    """The program's example values of the user's top-level tensor inputs, by name."""
+    nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    out = {}
+    for spec in program.graph_signature.input_specs:
+        if spec.kind.name == "USER_INPUT" and getattr(spec.arg, "name", None) in nodes:
+            value = nodes[spec.arg.name].meta.get("val")
+            if isinstance(value, torch.Tensor):
+                out[spec.arg.name] = value
+    return out
+
+
+def _bound(value: Any) -> Any:
+    """An int bound, ``None`` for infinity (sympy's ``int_oo``, or a huge int)."""
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except Exception:  # sympy's infinities raise all sorts
+        return None
+    return None if number >= 2**62 else number
+
+
+def _named_autos(
+    torch: Any, model: Any, args: Any, kwargs: Any, dynamic_shapes: Any
+) -> tuple[Any, set[tuple[str, int]]]:
+    """``dynamic_shapes`` with each ``Dim.AUTO`` of a top-level input made a named ``Dim`` of
+    the same range, and the (input, dim) pairs that were."""
+    if dynamic_shapes is None:
+        return None, set()
+    from torch.export.dynamic_shapes import _DimHint, _DimHintType
+
+    relaxed: set[tuple[str, int]] = set()
+    by_name = _by_name(combine_args(model, args, kwargs), dynamic_shapes)
+    if not isinstance(by_name, Mapping):
+        return dynamic_shapes, relaxed
+
+    def named(name: str, dim: Any, spec: Any) -> Any:
+        if isinstance(spec, _DimHint) and spec.type == _DimHintType.AUTO:
+            relaxed.add((name, int(dim)))
+            bounds = {"min": spec.min, "max": spec.max}
+            return torch.export.Dim(
+                f"{name}_dim{dim}", **{k: v for k, v in bounds.items() if v is not None}
+            )
+        return spec
+
+    out: dict[str, Any] = {}
+    for name, spec in by_name.items():
+        if isinstance(spec, Mapping):
+            out[name] = {dim: named(name, dim, hint) for dim, hint in spec.items()}
+        elif isinstance(spec, (list, tuple)) and all(
+            not isinstance(h, (list, tuple, Mapping)) for h in spec
+        ):
+            out[name] = type(spec)(named(name, dim, hint) for dim, hint in enumerate(spec))
+        else:
+            out[name] = spec
+    if isinstance(dynamic_shapes, (tuple, list)):
+        return type(dynamic_shapes)(out.values()), relaxed
+    return out, relaxed
+
+
+def _named_expr(
+    expr: str, symbols: Mapping[str, str], sources: Mapping[str, tuple[str, int]]
+) -> str:
+    """A guard as the user reads it: ``Eq(tokens.shape[1], 4)``, not ``Eq(s77, 4)``."""
+    for symbol, source in symbols.items():
+        if source in sources:
+            name, dim = sources[source]
+            expr = re.sub(rf"\b{re.escape(symbol)}\b", f"{name}.shape[{dim}]", expr)
+    return expr
+
+
+def _finding_reason(kind: str, data: Mapping[str, Any]) -> str:
+    if kind == "DATA_DEPENDENT_ERROR":
+        times = data.get("occurrences", 1)
+        return (
+            f"the value of {data.get('expr')} depends on the data; export assumed "
+            f"{data.get('result')} (the example's), so the program is only right for inputs "
+            f"that agree{f' ({times} times)' if times and times > 1 else ''}"
+        )
+    if kind == "MISSING_FAKE_KERNEL":
+        return f"torch.ops.{data.get('op')} has no fake kernel: export ran the real one"
+    if kind == "MISMATCHED_FAKE_KERNEL":
+        return f"torch.ops.{data.get('op')}'s fake kernel disagrees: {data.get('reason')}".strip()
+    if kind == "GUARD_ADDED":
+        return f"tracing added the guard {data.get('expr')}, which the declared range violates"
+    return str(data)[:200]
+
+
+def _op_stack(program: Any, op: str) -> list[Frame]:
+    """The traced stack of the first call of ``op`` (``mylib.f.default``) in ``program``."""
+    for node in program.graph.nodes:
+        if node.op == "call_function" and str(node.target) == op:
+            trace = node.meta.get("stack_trace") or ""
+            return [Frame(m.group(1), int(m.group(2))) for m in _FILE_LINE.finditer(trace)]
+    return []
+
+
+def _resized(torch: Any, tensor: Any, dim: int, size: int) -> Any:
+    """``tensor`` with ``size`` along ``dim``: cut, or grown by repeating its own values (token
+    ids and masks stay valid)."""
+    now = tensor.shape[dim]
+    if size <= now:
+        return tensor.narrow(dim, 0, size).contiguous()
+    reps = -(-size // now)
+    return torch.cat([tensor] * reps, dim=dim).narrow(dim, 0, size).contiguous()
+
+
+def _tensor_pairs(torch: Any, out: Any, ref: Any) -> list[tuple[Any, Any]]:
+    """The floating-point output tensors of the DUT run and eager, in order."""
+    import torch.utils._pytree as pytree
+
+    left, right = pytree.tree_leaves(out), pytree.tree_leaves(ref)
+    return [
+        (a, b)
+        for a, b in zip(left, right, strict=False)
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and b.is_floating_point()
+    ]
+
+
+def _op_counts(program: Any) -> collections.Counter[str]:
+    """The program's compute ops, counted. Views, copies, asserts and size reads are left
+    out: strict and non-strict tracing place them differently (a transformer's programs
+    differ by a few ``unsqueeze``) without computing anything else."""
+    counts: collections.Counter[str] = collections.Counter()
+    for node in program.graph.nodes:
+        if node.op != "call_function" or not hasattr(node.target, "_schema"):
+            continue  # operator.getitem, Python's arithmetic on sizes
+        name = str(node.target)
+        if getattr(node.target, "is_view", False) or name.startswith(_NOT_COMPUTE):
+            continue
+        counts[name] += 1
+    return counts
+
+
+def _differ(torch: Any, expected: Any, actual: Any) -> str | None:
+    import torch.utils._pytree as pytree
+
+    left, _ = pytree.tree_flatten(expected)
+    right, _ = pytree.tree_flatten(actual)
+    if len(left) != len(right):
+        return f"{len(right)} outputs, eager has {len(left)}"
+    for index, (a, b) in enumerate(zip(left, right, strict=True)):
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+            if a.shape != b.shape:
+                return f"output {index} has shape {tuple(b.shape)}, eager {tuple(a.shape)}"
+            if not torch.allclose(a.float(), b.float(), rtol=_RTOL, atol=_ATOL, equal_nan=True):
+                diff = (a.float() - b.float()).abs().max().item()
+                return f"output {index} differs by up to {diff:.3g}"
+    return None
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Export's failures print the partial graph to stderr and log each violated guard at ERROR: the
+    report says the same in a few lines."""
+    loggers = [logging.getLogger(name) for name in ("torch._guards", "torch.export")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+__all__ = ["EXPORT_TITLE", "MODES", "ExportError", "ExportReport", "export_check"]
