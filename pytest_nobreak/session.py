@@ -176,9 +176,9 @@ class NobreakSession:
         if not self.settings.watch_all:
             return
         try:
-            from pytest_nobreak.watch import dynamo as _torch_compat
+            from pytest_nobreak.watch import dynamo
 
-            _torch_compat.install_taps()
+            dynamo.install_taps()
         except (ImportError, RuntimeError):
             pass  # no torch to watch, or one it cannot: the first watched test says so
 

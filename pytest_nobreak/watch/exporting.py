@@ -169,9 +169,9 @@ def export_check(
     """
     import torch
 
-    from pytest_nobreak.watch import dynamo as _torch_compat
+    from pytest_nobreak.watch import dynamo
 
-    _torch_compat.check_torch()
+    dynamo.check_torch()
     _check_inputs(torch, model, args, kwargs, strict)
     kwargs = dict(kwargs or {})
     here = list(caller) or _caller_stack()
@@ -235,9 +235,9 @@ class _Checker:
     def run(self, modes: Sequence[str], *, draft: bool) -> ExportReport:
         report = self.report
         report.exports = 1
-        from pytest_nobreak.watch import dynamo as _torch_compat
+        from pytest_nobreak.watch import dynamo
 
-        with _quiet(), _torch_compat.untapped():
+        with _quiet(), dynamo.untapped():
             for mode in modes:
                 try:
                     report.programs[mode] = self.torch.export.export(
@@ -518,7 +518,7 @@ class _Checker:
         second = self._second_inputs(report.program)
         if second is not None:
             runs.append(second)
-        from pytest_nobreak.watch import dynamo as _torch_compat
+        from pytest_nobreak.watch import dynamo
 
         monitor = Monitor(reset=False, root=self.root, first_party=self.first_party)
         monitor.start()
@@ -526,7 +526,7 @@ class _Checker:
             # Dynamo's events of the DUT program's compile are not the test's: it compiled
             # nothing itself (a second size recompiles, which no max_recompiles should see).
             # What ran on the DUT is counted by the devices, which are not muted.
-            with torch.no_grad(), _torch_compat.untapped():
+            with torch.no_grad(), dynamo.untapped():
                 for args, kwargs in runs:
                     out, ref = lowered(*args, **kwargs), self.model(*args, **kwargs)
                     for index, (o, r) in enumerate(_tensor_pairs(torch, out, ref)):

@@ -99,7 +99,7 @@ class CompileReport:
     #: id(graph) -> [graph, calls, callers] of the compiled graphs with host syncs the block
     #: ran, while it runs (``None`` once their events are made, or before the block starts).
     _sync_calls: dict[int, list[Any]] | None = None
-    #: The keys of the graphs the block ran (``_torch_compat.RawGraph.key``), in order.
+    #: The keys of the graphs the block ran (``dynamo.RawGraph.key``), in order.
     _graph_keys: dict[tuple[object, ...], None] = dataclasses.field(default_factory=dict)
 
     # ----------------------------------------------------------------- figures
@@ -430,18 +430,18 @@ class Monitor:
         return self._reports
 
     def start(self) -> CompileReport:
-        from pytest_nobreak.watch import dynamo as _torch_compat
+        from pytest_nobreak.watch import dynamo
 
-        _torch_compat.check_torch()
+        dynamo.check_torch()
         self._root = self.root
         if self._reset:
-            _torch_compat.reset_dynamo()
-        self.report._counted = _torch_compat.CounterView()
+            dynamo.reset_dynamo()
+        self.report._counted = dynamo.CounterView()
         self.report._sync_calls = {}
         self.report._asic.start(reset_devices=self._reset)
-        self._cm = _torch_compat.tapped(self)
+        self._cm = dynamo.tapped(self)
         self._cm.__enter__()
-        cause = _torch_compat.silent_eager_now()
+        cause = dynamo.silent_eager_now()
         if cause is not None:
             # Already set before the block: record it even if no region runs, since a
             # compile that would run later in the same process is silently disabled too.
@@ -463,14 +463,14 @@ class Monitor:
         self._exit_notices()
         if self._cm is None:
             return self.report
-        from pytest_nobreak.watch import dynamo as _torch_compat
+        from pytest_nobreak.watch import dynamo
 
         self._cm.__exit__(None, None, None)
         self._cm = None
         report = self.report
         report._asic.stop()
-        self._collect_metrics(_torch_compat)
-        self._collect_deferred(_torch_compat)
+        self._collect_metrics(dynamo)
+        self._collect_deferred(dynamo)
         run = report._asic.total
         if run is not None:
             report.run_macs = run.macs + run.host_macs
@@ -486,9 +486,9 @@ class Monitor:
         if self._cm is None:
             yield
             return
-        from pytest_nobreak.watch import dynamo as _torch_compat
+        from pytest_nobreak.watch import dynamo
 
-        with _torch_compat.untapped(), self.report._asic.paused():
+        with dynamo.untapped(), self.report._asic.paused():
             yield
 
     def _exit_notices(self) -> None:

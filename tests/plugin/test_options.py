@@ -692,20 +692,20 @@ def test_a_plain_run_without_watched_tests_does_not_import_torch(pytester: pytes
 def recheck(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     """``check_torch`` run afresh under the test's patches, and afresh after they are undone
     (it is cached for the process)."""
-    from pytest_nobreak.watch import dynamo as _torch_compat
+    from pytest_nobreak.watch import dynamo
 
-    _torch_compat.check_torch.cache_clear()
+    dynamo.check_torch.cache_clear()
     yield monkeypatch
     monkeypatch.undo()
-    _torch_compat.check_torch.cache_clear()
+    dynamo.check_torch.cache_clear()
 
 
 def refusal() -> str:
     """The one line ``check_torch`` refuses this torch with."""
-    from pytest_nobreak.watch import dynamo as _torch_compat
+    from pytest_nobreak.watch import dynamo
 
-    with pytest.raises(_torch_compat.TorchCompatError) as excinfo:
-        _torch_compat.check_torch()
+    with pytest.raises(dynamo.TorchCompatError) as excinfo:
+        dynamo.check_torch()
     return str(excinfo.value)
 
 
