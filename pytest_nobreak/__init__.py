@@ -11,9 +11,11 @@ Outside pytest:
 Importing this package does not import torch.
 """
 
+from pytest_nobreak.watch.compile_report import CompileReport, GraphBreakError
 from pytest_nobreak.watch.events import BreakEvent, Figures
-from pytest_nobreak.watch.exporting import ExportError, ExportReport, export_check
-from pytest_nobreak.watch.monitor import CompileReport, GraphBreakError, watch
+from pytest_nobreak.watch.export_report import ExportError, ExportReport
+from pytest_nobreak.watch.exporting import export_check
+from pytest_nobreak.watch.monitor import watch
 
 __version__ = "0.1.0"
 

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_nobreak.config import ASIC_BACKEND, NobreakConfig
-from pytest_nobreak.watch.exporting import ExportReport, export_check
-from pytest_nobreak.watch.monitor import CompileReport
+from pytest_nobreak.watch.compile_report import CompileReport
+from pytest_nobreak.watch.export_report import ExportReport
+from pytest_nobreak.watch.exporting import export_check
 
 if TYPE_CHECKING:
     from asic_backend.sim.device import Device
@@ -71,7 +72,7 @@ def nobreak_export(request: pytest.FixtureRequest) -> Callable[..., ExportReport
     ``None``: when the session runs ``--asic-backend``. Its host fallbacks and DUT figures are
     the test's, as under ``--asic-backend``. A marked test fails on every problem;
     ``allow=[...]`` matches them as it does breaks. Returns the
-    :class:`~pytest_nobreak.watch.exporting.ExportReport` (``.program`` is the exported program,
+    :class:`~pytest_nobreak.watch.export_report.ExportReport` (``.program`` is the exported program,
     ``.lowered`` the DUT one).
 
     >>> @pytest.mark.no_graph_break

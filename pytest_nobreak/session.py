@@ -29,9 +29,10 @@ from pytest_nobreak.gate.baseline import Baseline, BaselineError, load_baseline
 from pytest_nobreak.markers import BACKEND_DEFAULT, MARKER, MarkerError, NoGraphBreakOptions
 from pytest_nobreak.report.json_report import TestRecord
 from pytest_nobreak.report.junit import junit_properties
+from pytest_nobreak.watch.compile_report import CompileReport
 from pytest_nobreak.watch.events import EXPORT_KINDS, BreakEvent
-from pytest_nobreak.watch.exporting import EXPORT_TITLE
-from pytest_nobreak.watch.monitor import CompileReport, Monitor
+from pytest_nobreak.watch.export_report import EXPORT_TITLE
+from pytest_nobreak.watch.monitor import Monitor
 from pytest_nobreak.watch.render import short_path
 from pytest_nobreak.watch.sites import source_context
 

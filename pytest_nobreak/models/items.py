@@ -38,7 +38,7 @@ import pytest
 from pytest_nobreak.config import NobreakConfig
 from pytest_nobreak.markers import MARKER
 from pytest_nobreak.models.spec import InputSpec, ModelSpec, SpecError, parse_inputs, parse_spec
-from pytest_nobreak.watch.exporting import NARROWED
+from pytest_nobreak.watch.export_report import NARROWED
 
 if TYPE_CHECKING:
     from pytest_nobreak.models.build import BuiltModel
@@ -459,7 +459,7 @@ def _varying_dims(built: BuiltModel) -> dict[str, Any]:
     import torch
     from torch.export import Dim
 
-    from pytest_nobreak.watch.exporting import combine_args
+    from pytest_nobreak.watch.export_program import combine_args
 
     one = combine_args(built.module, *built.inputs(0))
     two = combine_args(built.module, *built.inputs(1))

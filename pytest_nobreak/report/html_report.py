@@ -23,32 +23,24 @@ import base64
 import collections
 import dataclasses
 import hashlib
-import html
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from pytest_nobreak.gate.atomic import write_atomic
-from pytest_nobreak.gate.baseline import Change, Comparison
+from pytest_nobreak.gate.baseline import Comparison
+from pytest_nobreak.report.html_details import Row, attr, details, outcome_class, text
 from pytest_nobreak.report.json_report import ROOFS_KEY, TestRecord
 from pytest_nobreak.watch.events import (
     CORE_FIGURES,
     EXPORT_FIGURES,
-    EXPORT_KINDS,
-    OP_FAMILIES,
     OWN,
     BreakEvent,
-    GemmRecord,
     op_family,
 )
 from pytest_nobreak.watch.render import (
-    KIND_LABELS,
-    calls_text,
-    event_line,
-    host_fallback_summary,
     percent,
 )
 
@@ -124,7 +116,7 @@ def render_html(
     regressions = {c.nodeid for c in comparison.regressions} if comparison is not None else set()
     missing = set(comparison.missing) if comparison is not None else set()
     rows = [
-        _Row(record, changes.get(record.nodeid, ()), record.nodeid in regressions)
+        Row(record, changes.get(record.nodeid, ()), record.nodeid in regressions)
         for record in records
     ]
     asic = any(r.record.figures.dut_ops is not None for r in rows)
@@ -138,7 +130,7 @@ def render_html(
     ]
     return _PAGE.format(
         generator=GENERATOR,
-        title=_text(title),
+        title=text(title),
         style=_STYLE,
         body="\n".join(part for part in body if part),
         script=_SCRIPT,
@@ -149,78 +141,12 @@ def render_html(
 # --------------------------------------------------------------------------- one test
 
 
-@dataclasses.dataclass(frozen=True)
-class _Row:
-    record: TestRecord
-    changes: tuple[Change, ...]
-    regressed: bool
-
-    @property
-    def host_events(self) -> list[BreakEvent]:
-        return [e for e in self.record.breaks if e.kind == "host_fallback"]
-
-    @property
-    def sync_events(self) -> list[BreakEvent]:
-        return [e for e in self.record.breaks if e.kind == "host_sync"]
-
-    @property
-    def stalled_cycles(self) -> int | None:
-        """The DUT cycles the test's host syncs cost: its cycles beyond those of its GEMMs
-        (each sync the device stalled for adds a fixed cost to ``cycles``); ``None`` when it
-        stalled for none, or the figures do not tell."""
-        figures = self.record.figures
-        if not figures.syncs or figures.cycles is None:
-            return None
-        stalled = figures.cycles - sum(g.cycles * g.calls for g in self.record.gemms)
-        return stalled if stalled > 0 else None
-
-    @property
-    def utilization(self) -> float | None:
-        """The cycle-weighted mean of the GEMMs' utilization (the test's MACs over what the
-        array could have done in its cycles, on one device)."""
-        weight = sum(g.cycles * g.calls for g in self.record.gemms)
-        if not weight:
-            return None
-        return sum(g.utilization * g.cycles * g.calls for g in self.record.gemms) / weight
-
-    def flags(self) -> list[str]:
-        out = []
-        figures = self.record.figures
-        if (
-            figures.graph_breaks
-            or figures.eager_frames
-            or any(e.kind not in _NOT_BREAKS for e in self.record.breaks)
-        ):
-            out.append("breaks")
-        if self.host_events or self.record.figures.host_fallbacks:
-            out.append("host")
-        if self.sync_events or figures.host_syncs or figures.syncs:
-            out.append("syncs")
-        if self.record.figures.recompiles:
-            out.append("recompiles")
-        if figures.export_problems or any(e.kind in EXPORT_KINDS for e in self.record.breaks):
-            out.append("export")
-        if self.regressed:
-            out.append("regressed")
-        return out
-
-    def has_details(self) -> bool:
-        record = self.record
-        return bool(
-            record.breaks or record.recompile_reasons or record.gemms or record.figures.syncs
-        )
-
-
-#: The kinds of event that are no break of the graph: it ran whole, on the host or waiting.
-_NOT_BREAKS = ("host_fallback", "host_sync", *EXPORT_KINDS)
-
-
 # --------------------------------------------------------------------------- sections
 
 
 def _header(
     document: Mapping[str, Any],
-    rows: Sequence[_Row],
+    rows: Sequence[Row],
     comparison: Comparison | None,
     baseline: str | None,
     title: str,
@@ -252,10 +178,10 @@ def _header(
         # Not on the page of a report written before host syncs were counted: there "0 with
         # host syncs" would be a figure nobody measured.
         counts.append(f"{sum(1 for r in rows if 'syncs' in r.flags())} with host syncs")
-    dl = "".join(f"<div><dt>{_text(k)}</dt><dd>{_text(v)}</dd></div>" for k, v in facts)
+    dl = "".join(f"<div><dt>{text(k)}</dt><dd>{text(v)}</dd></div>" for k, v in facts)
     return (
-        f"<header><h1>{_text(title)}</h1><dl class='facts'>{dl}</dl>"
-        f"<p class='counts' id='counts'>{_text(' · '.join(counts))}</p></header>"
+        f"<header><h1>{text(title)}</h1><dl class='facts'>{dl}</dl>"
+        f"<p class='counts' id='counts'>{text(' · '.join(counts))}</p></header>"
     )
 
 
@@ -265,15 +191,15 @@ def _owners(events: Iterable[BreakEvent]) -> list[str]:
     return sorted(owners, key=lambda owner: (owner != OWN, owner))
 
 
-def _controls(rows: Sequence[_Row]) -> str:
+def _controls(rows: Sequence[Row]) -> str:
     outcomes = sorted({r.record.outcome for r in rows})
-    options = "".join(f"<option value={_attr(o)}>{_text(o)}</option>" for o in outcomes)
+    options = "".join(f"<option value={attr(o)}>{text(o)}</option>" for o in outcomes)
     owners = "".join(
-        f"<option value={_attr(o)}>{_text('your code' if o == OWN else o)}</option>"
+        f"<option value={attr(o)}>{text('your code' if o == OWN else o)}</option>"
         for o in _owners(e for r in rows for e in r.record.breaks)
     )
     flags = "".join(
-        f"<label><input type='checkbox' name='has' value={_attr(name)}> has {_text(label)}</label>"
+        f"<label><input type='checkbox' name='has' value={attr(name)}> has {text(label)}</label>"
         for name, label in _FLAGS
     )
     return (
@@ -288,7 +214,7 @@ def _controls(rows: Sequence[_Row]) -> str:
     )
 
 
-def _table(rows: Sequence[_Row], *, asic: bool, baselined: bool, missing: set[str]) -> str:
+def _table(rows: Sequence[Row], *, asic: bool, baselined: bool, missing: set[str]) -> str:
     exported = any(r.record.figures.export_problems is not None for r in rows)
     columns = [
         c
@@ -297,7 +223,7 @@ def _table(rows: Sequence[_Row], *, asic: bool, baselined: bool, missing: set[st
     ]
     head = ["<th data-key='nodeid' data-type='text' aria-sort='ascending'>test</th>"]
     head += [
-        f"<th data-key={_attr(key)} data-type='num' title={_attr(tip)}>{_text(label)}</th>"
+        f"<th data-key={attr(key)} data-type='num' title={attr(tip)}>{text(label)}</th>"
         for key, label, tip in columns
     ]
     head.append("<th data-key='outcome' data-type='text'>outcome</th>")
@@ -318,7 +244,7 @@ def _table(rows: Sequence[_Row], *, asic: bool, baselined: bool, missing: set[st
 
 
 def _tbody(
-    row: _Row,
+    row: Row,
     columns: Sequence[tuple[str, str, str]],
     width: int,
     baselined: bool,
@@ -345,26 +271,26 @@ def _tbody(
             value = figures.get(key)
             shown = "-" if value is None else f"{value:,}"
         data[key] = "" if value is None else repr(value)
-        cells.append(f"<td class='num'>{_text(shown)}</td>")
-    klass = _outcome_class(record.outcome)
-    cells.append(f"<td class='outcome {klass}'>{_text(record.outcome)}</td>")
+        cells.append(f"<td class='num'>{text(shown)}</td>")
+    klass = outcome_class(record.outcome)
+    cells.append(f"<td class='outcome {klass}'>{text(record.outcome)}</td>")
     if baselined:  # the columns' order is the header's
         data["change"] = str(2 if row.regressed else 1 if row.changes else 0)
         cells.append(f"<td class='change'>{_change_cell(row, missing)}</td>")
-    attrs = " ".join(f"data-{k}={_attr(v)}" for k, v in data.items())
+    attrs = " ".join(f"data-{k}={attr(v)}" for k, v in data.items())
     toggle = (
-        f"<button type='button' class='open' aria-expanded='false'>{_text(record.nodeid)}</button>"
+        f"<button type='button' class='open' aria-expanded='false'>{text(record.nodeid)}</button>"
         if row.has_details()
-        else f"<span class='id'>{_text(record.nodeid)}</span>"
+        else f"<span class='id'>{text(record.nodeid)}</span>"
     )
     main = f"<tr class='test'><td class='nodeid'>{toggle}</td>{''.join(cells)}</tr>"
     detail = ""
     if row.has_details():
-        detail = f"<tr class='detail' hidden><td colspan='{width}'>{_details(row)}</td></tr>"
+        detail = f"<tr class='detail' hidden><td colspan='{width}'>{details(row)}</td></tr>"
     return f"<tbody {attrs}>{main}{detail}</tbody>"
 
 
-def _change_cell(row: _Row, missing: bool) -> str:
+def _change_cell(row: Row, missing: bool) -> str:
     if missing:
         return "<span class='new'>not in baseline</span>"
     if not row.changes:
@@ -372,213 +298,13 @@ def _change_cell(row: _Row, missing: bool) -> str:
     parts = []
     for change in row.changes:
         klass = "worse" if change.is_regression and row.regressed else "better"
-        text = change.describe().replace(" -> ", " → ")
-        parts.append(f"<span class={_attr(klass)}>{_text(text)}</span>")
+        described = change.describe().replace(" -> ", " → ")
+        parts.append(f"<span class={attr(klass)}>{text(described)}</span>")
     return "<br>".join(parts)
 
 
-def _details(row: _Row) -> str:
-    record = row.record
-    out = []
-    if record.gemms or row.host_events or record.figures.syncs:
-        out.append(_dut_section(row))
-    problems = [e for e in record.breaks if e.kind not in _NOT_BREAKS]
-    # Under scope="own" a library's breaks did not fail the test: they are listed apart.
-    mine, theirs = record.split_by_scope(problems)
-    if mine:
-        out.append("<h3>Breaks</h3>" + "".join(_event(e) for e in mine))
-    if theirs:
-        out.append(
-            "<h3 class='theirs'>Not yours (reported, not failed)</h3>"
-            + "".join(_event(e) for e in theirs)
-        )
-    exported = [e for e in record.breaks if e.kind in EXPORT_KINDS]
-    if exported:
-        out.append("<h3>Export</h3>" + "".join(_event(e) for e in exported))
-    if row.host_events:
-        out.append("<h3>Host fallbacks</h3>" + _host_table(row.host_events))
-        out.append("".join(_event(e) for e in row.host_events))
-    if row.sync_events:
-        out.append("<h3>Host syncs</h3>" + "".join(_event(e) for e in row.sync_events))
-    if record.recompile_reasons:
-        items = "".join(f"<li><code>{_text(r)}</code></li>" for r in record.recompile_reasons)
-        out.append(f"<h3>Recompiles</h3><ol class='reasons'>{items}</ol>")
-    return "".join(out)
-
-
-def _dut_section(row: _Row) -> str:
-    figures = row.record.figures
-    facts = []
-    if figures.cycles is not None:
-        facts.append(f"{figures.cycles:,} cycles")
-    if row.utilization is not None:
-        facts.append(f"utilization {percent(row.utilization)}")
-    if figures.dut_share is not None:
-        facts.append(f"{percent(figures.dut_share)} of the MACs on the DUT")
-    if figures.syncs:
-        facts.append(_syncs_text(figures.syncs, row.stalled_cycles))
-    bars = _family_bars(row.record.gemms, row.host_events)
-    gemms = _gemm_table(row.record.gemms) if row.record.gemms else ""
-    return f"<h3>On the DUT</h3><p>{_text(', '.join(facts))}</p>{bars}{gemms}"
-
-
-def _family_bars(gemms: Iterable[GemmRecord], host: Iterable[BreakEvent]) -> str:
-    """One bar per op family: the share of its MACs that ran on the DUT (green) and on the
-    host (red)."""
-    dut: collections.Counter[str] = collections.Counter()
-    off: collections.Counter[str] = collections.Counter()
-    for gemm in gemms:
-        dut[gemm.family] += gemm.macs * gemm.calls
-    for event in host:
-        off[op_family(event.title)] += event.macs or 0
-    rows = []
-    for family in (*OP_FAMILIES, *sorted(set(dut) - set(OP_FAMILIES))):
-        total = dut[family] + off[family]
-        if not total:
-            continue
-        share = dut[family] / total
-        label = f"{family}: {percent(share)} on the DUT"
-        if off[family]:
-            label += f", {off[family]:,} host MACs"
-        rows.append(
-            f"<div class='bar' role='img' aria-label={_attr(label)} data-family={_attr(family)}"
-            f" data-share={_attr(repr(share))}>"
-            f"<span class='family'>{_text(family)}</span><span class='track'>"
-            f"<span class='dut' style='width:{share * 100:.2f}%'></span></span>"
-            f"<span class='label'>{_text(label)}</span></div>"
-        )
-    return "<div class='bars'>" + "".join(rows) + "</div>" if rows else ""
-
-
-def _gemm_table(gemms: Sequence[GemmRecord]) -> str:
-    head = "".join(
-        f"<th>{h}</th>"
-        for h in (
-            "device",
-            "family",
-            "m×k×n",
-            "calls",
-            "cycles",
-            "util",
-            "mapping",
-            "compute",
-            "bound",
-        )
-    )
-    rows = []
-    for g in sorted(gemms, key=lambda g: -g.macs * g.calls):
-        cells = (
-            g.device,
-            g.family,
-            f"{g.m}×{g.k}×{g.n}",
-            f"{g.calls:,}",
-            f"{g.cycles:,}",
-            percent(g.utilization),
-            percent(g.mapping_efficiency),
-            percent(g.compute_utilization),
-            g.bound,
-        )
-        rows.append("<tr>" + "".join(f"<td>{_text(c)}</td>" for c in cells) + "</tr>")
-    return (
-        f"<table class='gemms'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-    )
-
-
-def _host_table(events: Sequence[BreakEvent]) -> str:
-    """Host fallbacks grouped by op: calls, host MACs and reasons."""
-    groups: dict[str, list[BreakEvent]] = {}
-    for event in events:
-        groups.setdefault(event.title, []).append(event)
-    rows = []
-    for op, group in sorted(groups.items(), key=lambda kv: -sum(e.macs or 0 for e in kv[1])):
-        calls = sum(e.calls or 1 for e in group)
-        macs = sum(e.macs or 0 for e in group)
-        reasons = "; ".join(dict.fromkeys(e.reason for e in group))
-        rows.append(
-            f"<tr><td><code>{_text(op)}</code></td><td class='num'>{calls:,}</td>"
-            f"<td class='num'>{macs:,}</td><td>{_text(reasons)}</td></tr>"
-        )
-    return (
-        "<table class='host'><thead><tr><th>op</th><th>calls</th><th>host MACs</th>"
-        f"<th>why</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
-    )
-
-
-def _event(event: BreakEvent) -> str:
-    parts = [f"<div class='event {_attr_class(event.kind)}'>"]
-    parts.append(f"<p class='what'>{_text(event_line(event))}</p>")
-    if not event.own:
-        parts.append(f"<p class='owner'>owner: {_text(event.owned_by)}</p>")
-    if event.reason:
-        parts.append(f"<p class='reason'>{_text(event.reason)}</p>")
-    parts.append(_source(event))
-    if event.call_sites:
-        sites = "".join(
-            f"<li><code>{_text(_where(s.file, s.line))}</code>"
-            + (f" <code class='src'>{_text(s.source)}</code>" if s.source else "")
-            + "</li>"
-            for s in event.call_sites
-        )
-        parts.append(f"<p class='label'>called from</p><ul class='sites'>{sites}</ul>")
-    if event.also_at:
-        also = ", ".join(_where(s.file, s.line) for s in event.also_at)
-        parts.append(f"<p class='also'>also at {_text(also)}</p>")
-    if event.kind == "host_fallback":
-        summary = host_fallback_summary(event)
-        if event.detail:
-            summary += f"; first call {event.detail}"
-        parts.append(f"<p class='cost'>{_text(summary)}</p>")
-    elif event.kind == "host_sync":
-        summary = calls_text(event.calls or 1) + ", each a device→host round trip"
-        if event.detail:
-            summary += f"; {event.detail}"
-        parts.append(f"<p class='cost'>{_text(summary)}</p>")
-    elif event.kind in EXPORT_KINDS and event.detail:
-        parts.append(f"<p class='mode'>mode: {_text(event.detail)}</p>")
-    if event.library:
-        parts.append(f"<p class='library'>inside {_text(event.library)}</p>")
-    if event.hints:
-        hints = "".join(f"<li>{_text(h)}</li>" for h in event.hints)
-        parts.append(f"<p class='label'>hints</p><ul class='hints'>{hints}</ul>")
-    if event.fix:
-        parts.append(f"<p class='label'>fix</p><pre class='fix'>{_text(event.fix)}</pre>")
-    if event.link and _is_web_link(event.link):
-        parts.append(
-            f"<p class='docs'><a href={_attr(event.link)} rel='noopener noreferrer'>"
-            f"{_text(event.link)}</a></p>"
-        )
-    parts.append("</div>")
-    return "".join(parts)
-
-
-def _source(event: BreakEvent) -> str:
-    """The lines around the user's line, numbered, with that line marked; its text alone when
-    the lines were not read."""
-    if event.context and event.context_start is not None:
-        lines = []
-        for number, text in enumerate(event.context, event.context_start):
-            mark = number == event.line
-            line = f"<span class='ln'>{number}</span>{_text(text) or ' '}"
-            lines.append(f"<mark>{line}</mark>" if mark else f"<span>{line}</span>")
-        where = _where(event.file, event.line)
-        return (
-            f"<figure class='source'><figcaption>{_text(where)}</figcaption>"
-            # Each line is a block of its own: a newline between them would be a blank line.
-            f"<pre>{''.join(lines)}</pre></figure>"
-        )
-    if event.source:
-        return f"<pre class='source'><mark>{_text(event.source)}</mark></pre>"
-    return ""
-
-
-def _syncs_text(syncs: int, stalled: int | None) -> str:
-    """``3 host syncs (3,000 cycles stalled)``; the cycles only when known."""
-    what = f"{syncs:,} host sync{'s' if syncs != 1 else ''}"
-    return what + (f" ({stalled:,} cycles stalled)" if stalled else "")
-
-
 def _by_op(
-    rows: Sequence[_Row], events: Callable[[_Row], Sequence[BreakEvent]]
+    rows: Sequence[Row], events: Callable[[Row], Sequence[BreakEvent]]
 ) -> dict[str, list[tuple[str, BreakEvent]]]:
     """``events`` of every row by op, each with its test's nodeid, in first-seen order."""
     ops: dict[str, list[tuple[str, BreakEvent]]] = {}
@@ -588,7 +314,7 @@ def _by_op(
     return ops
 
 
-def _host_summary(rows: Sequence[_Row]) -> str:
+def _host_summary(rows: Sequence[Row]) -> str:
     """The run's host fallbacks by op: which tests, how many calls and MACs."""
     ops = _by_op(rows, lambda row: row.host_events)
     if not ops:
@@ -599,7 +325,7 @@ def _host_summary(rows: Sequence[_Row]) -> str:
         calls = sum(e.calls or 1 for _, e in seen)
         macs = sum(e.macs or 0 for _, e in seen)
         lines.append(
-            f"<tr><td><code>{_text(op)}</code></td><td>{_text(op_family(op))}</td>"
+            f"<tr><td><code>{text(op)}</code></td><td>{text(op_family(op))}</td>"
             f"<td class='num'>{tests}</td><td class='num'>{calls:,}</td>"
             f"<td class='num'>{macs:,}</td></tr>"
         )
@@ -610,7 +336,7 @@ def _host_summary(rows: Sequence[_Row]) -> str:
     )
 
 
-def _sync_summary(rows: Sequence[_Row]) -> str:
+def _sync_summary(rows: Sequence[Row]) -> str:
     """The run's host syncs by op: in what form, which tests, how many calls."""
     ops = _by_op(rows, lambda row: row.sync_events)
     if not ops:
@@ -623,7 +349,7 @@ def _sync_summary(rows: Sequence[_Row]) -> str:
         calls = sum(e.calls or 1 for _, e in seen)
         forms = ", ".join(dict.fromkeys(e.detail for _, e in seen if e.detail))
         lines.append(
-            f"<tr><td><code>{_text(op)}</code></td><td>{_text(forms)}</td>"
+            f"<tr><td><code>{text(op)}</code></td><td>{text(forms)}</td>"
             f"<td class='num'>{tests}</td><td class='num'>{calls:,}</td></tr>"
         )
     return (
@@ -633,7 +359,7 @@ def _sync_summary(rows: Sequence[_Row]) -> str:
     )
 
 
-def _roofline(document: Mapping[str, Any], rows: Sequence[_Row]) -> str:
+def _roofline(document: Mapping[str, Any], rows: Sequence[Row]) -> str:
     """The run's distinct DUT GEMMs on the ``--asic-roofline`` chart (the same drawing); each
     point's tooltip names the host syncs the DUT stalled for in the tests that ran it."""
     from pytest_nobreak.report.roofline import Point, Roof, render_svg
@@ -641,7 +367,7 @@ def _roofline(document: Mapping[str, Any], rows: Sequence[_Row]) -> str:
     roofs_data = document.get(ROOFS_KEY) or {}
     points: dict[tuple[Any, ...], Point] = {}
     # The tests with host syncs that ran each GEMM (each test once per GEMM).
-    stalled_by: dict[tuple[Any, ...], dict[str, _Row]] = {}
+    stalled_by: dict[tuple[Any, ...], dict[str, Row]] = {}
     for row in rows:
         for g in row.record.gemms:
             if g.device not in roofs_data:
@@ -681,34 +407,6 @@ def _roofline(document: Mapping[str, Any], rows: Sequence[_Row]) -> str:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _text(value: object) -> str:
-    return html.escape(str(value), quote=False)
-
-
-def _attr(value: object) -> str:
-    """A quoted attribute value: every quote and angle bracket escaped."""
-    return '"' + html.escape(str(value), quote=True) + '"'
-
-
-def _attr_class(kind: str) -> str:
-    return kind if kind in KIND_LABELS else "other"
-
-
-def _outcome_class(outcome: str) -> str:
-    return outcome if outcome.isalpha() else "other"
-
-
-def _where(file: str | None, line: int | None) -> str:
-    where = file or "<unknown location>"
-    return where if line is None else f"{where}:{line}"
-
-
-def _is_web_link(link: str) -> bool:
-    # A docs link from the run is shown as a link only if it is a web address: a
-    # "javascript:" URL must never become clickable.
-    return urlsplit(link).scheme in ("http", "https")
 
 
 class HtmlReportError(Exception):

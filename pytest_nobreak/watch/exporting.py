@@ -27,114 +27,49 @@ Importing this module does not import torch; ``export_check`` does.
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import dataclasses
 import inspect
-import io
-import logging
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from pytest_nobreak.watch.events import BreakEvent
-from pytest_nobreak.watch.monitor import CompileReport, GraphBreakError, Monitor, chained_event
+from pytest_nobreak.watch.export_program import (
+    FILE_LINE,
+    _bad_spec,
+    _bound,
+    _Declared,
+    _declared_dims,
+    _differ,
+    _finding_reason,
+    _input_path,
+    _intern_table,
+    _named_autos,
+    _named_expr,
+    _op_counts,
+    _op_stack,
+    _quiet,
+    _resized,
+    _tensor_pairs,
+    _user_input_values,
+    combine_args,
+)
+from pytest_nobreak.watch.export_report import (
+    FINDINGS,
+    HINTS,
+    MODES,
+    NARROWED_HINT,
+    NARROWED_WORDS,
+    SPECIALIZED_HINT,
+    ExportReport,
+)
+from pytest_nobreak.watch.monitor import Monitor, chained_event
 from pytest_nobreak.watch.monitor import where_fields as _where
 from pytest_nobreak.watch.sites import Frame, Location, is_user_file, library_name, locate
 
-#: The export modes, in the order they run and are preferred for ``ExportReport.program``.
-MODES = ("non-strict", "strict")
-EXPORT_TITLE = "torch.export did not produce a sound program"
-#: ``BreakEvent.gb_type`` of draft_export's findings, by ``FailureType`` name.
-FINDINGS = {
-    "DATA_DEPENDENT_ERROR": "Data-dependent expression guessed",
-    "MISSING_FAKE_KERNEL": "Missing fake kernel",
-    "MISMATCHED_FAKE_KERNEL": "Mismatched fake kernel",
-    "GUARD_ADDED": "Guard on a dynamic dimension",
-}
-_HINTS = {
-    "DATA_DEPENDENT_ERROR": "Add torch._check(...) for the assumption, or rewrite the branch "
-    "with torch.cond / torch.where.",
-    "MISSING_FAKE_KERNEL": "Register one with @torch.library.register_fake (it computes the "
-    "output's shape and dtype from the inputs').",
-    "MISMATCHED_FAKE_KERNEL": "Make the fake kernel compute the real kernel's output shape, "
-    "dtype and strides.",
-    "GUARD_ADDED": "Remove the shape test from the traced code, or declare the dimension "
-    "static (Dim.STATIC) if it really is.",
-}
-_SPECIALIZED_HINT = (
-    "The exported program only accepts the example's size there: remove the shape-dependent "
-    "code, or declare the dimension static if that is what it is."
-)
-_NARROWED_HINT = (
-    "The exported program rejects sizes outside {got}: remove the shape test, or declare the "
-    "range the model really supports (Dim(..., min=, max=))."
-)
-#: How a narrowed dimension's reason says its range, and an ``allow=`` pattern for it (a
-#: dimension made static says "exported static" instead).
-NARROWED_WORDS = "exported in"
-NARROWED = re.escape(NARROWED_WORDS + " [")
-#: Outputs of two programs (or of a program and eager) that differ by less are the same.
-_RTOL, _ATOL = 1e-4, 1e-5
 #: Dynamic dimensions may always be specialized at 0 and 1 (export's 0/1 specialization):
 #: a lower bound up to this is not a narrowing.
 _ZERO_ONE = 2
-#: Ops that compute nothing (see :func:`_op_counts`).
-_NOT_COMPUTE = (
-    "aten._assert",
-    "aten.sym_",
-    "aten.contiguous",
-    "aten.clone",
-    "aten.alias",
-    "aten.lift_fresh",
-    "aten._to_copy",
-    "aten.to.",
-    "aten.reshape",
-    "aten.flatten",
-    "aten.unflatten",
-    "aten.view_as",
-)
-_FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
-
-
-class ExportError(GraphBreakError):
-    """An exported program has problems; the message lists every one."""
-
-
-@dataclasses.dataclass
-class ExportReport(CompileReport):
-    """What :func:`export_check` found: the problems (``breaks``), and the programs.
-
-    ``programs`` holds the ``ExportedProgram`` of each mode that exported, ``errors`` the
-    exception of each that did not; ``draft`` is draft_export's program (``None`` when it was
-    not run or raised).
-    """
-
-    programs: dict[str, Any] = dataclasses.field(default_factory=dict)
-    errors: dict[str, BaseException] = dataclasses.field(default_factory=dict)
-    draft: Any = None
-    #: The program lowered to the DUT (``asic_backend.lower_exported``), when asked for.
-    lowered: Any = None
-
-    @property
-    def program(self) -> Any:
-        """The first program that exported (non-strict before strict); raises
-        :class:`ExportError` when no mode exported."""
-        for mode in MODES:
-            if mode in self.programs:
-                return self.programs[mode]
-        raise ExportError(self.render(self.events, title=EXPORT_TITLE), self.events)
-
-    def check(  # type: ignore[override]
-        self, *, allow: Sequence[str | re.Pattern[str]] = (), scope: Any = "all"
-    ) -> None:
-        """Raise :class:`ExportError` listing every problem ``allow`` (regexes searched in the
-        id, type, reason and ``file:line``) does not match; ``scope="own"``: only those in
-        the user's code."""
-        try:
-            super().check(allow=allow, scope=scope, title=EXPORT_TITLE)
-        except GraphBreakError as exc:
-            raise ExportError(str(exc), exc.breaks) from None
 
 
 def export_check(
@@ -330,7 +265,7 @@ class _Checker:
         while stack and library_name(stack[-1].file) == "torch":
             stack.pop()
         if not stack:
-            named = [Frame(m.group(1), int(m.group(2))) for m in _FILE_LINE.finditer(str(exc))]
+            named = [Frame(m.group(1), int(m.group(2))) for m in FILE_LINE.finditer(str(exc))]
             stack = [f for f in named if is_user_file(f.file, self.first_party)][-1:]
         if not stack and self.guards:
             return next(iter(self.guards.values()))[2]
@@ -376,7 +311,7 @@ class _Checker:
                 kind="export_unsound",
                 gb_type=FINDINGS.get(kind, kind),
                 reason=_finding_reason(kind, data),
-                hints=(_HINTS[kind],) if kind in _HINTS else (),
+                hints=(HINTS[kind],) if kind in HINTS else (),
                 **_where(location),
             )
             dims = set()
@@ -469,7 +404,7 @@ class _Checker:
             guard = self.guards.get((name, dim))
             location = guard[2] if guard else self._locate([])
             caused = f" by the guard {guard[1]}" if guard else ""
-            hint = _SPECIALIZED_HINT
+            hint = SPECIALIZED_HINT
             expr = size.node.expr if isinstance(size, torch.SymInt) else size
             if isinstance(expr, int) or getattr(expr, "is_number", False):
                 # A fake tensor's static size may still be a SymInt, of a constant.
@@ -487,7 +422,7 @@ class _Checker:
                 asked = f"[{low}, {'inf' if high is None else high}]"
                 got = f"[{lower}, {'inf' if upper is None else upper}]"
                 reason = f"declared dynamic ({label}) in {asked}, {NARROWED_WORDS} {got}{caused}"
-                hint = _NARROWED_HINT.format(got=got)
+                hint = NARROWED_HINT.format(got=got)
             yield BreakEvent(
                 kind="specialized_dim",
                 gb_type=f"{_input_path(name, self.model, self.args)} dim {dim} ({label})",
@@ -635,244 +570,4 @@ class _Checker:
 # --------------------------------------------------------------------------- torch's parts
 
 
-def _bad_spec(torch: Any, exc: BaseException) -> bool:
-    """A ``dynamic_shapes`` that does not fit the inputs: the user's call is wrong, not the
-    model, so it is raised, not reported."""
-    user_error = getattr(torch._dynamo.exc, "UserError", None)
-    kind = getattr(getattr(exc, "error_type", None), "name", "")
-    return user_error is not None and isinstance(exc, user_error) and kind == "INVALID_INPUT"
-
-
-def _intern_table(torch: Any) -> dict[str, int]:
-    # draft_export's stacks name files by their index in the structured log's intern table.
-    structured = getattr(torch._logging, "structured", None)
-    return dict(getattr(structured, "INTERN_TABLE", {}))
-
-
-def combine_args(model: Any, args: Any, kwargs: Any) -> dict[str, Any]:
-    """The inputs of ``model(*args, **kwargs)`` by the names of its ``forward``'s parameters."""
-    signature = inspect.signature(model.forward)
-    return dict(signature.bind(*args, **kwargs).arguments)
-
-
-def _input_path(name: str, model: Any, args: tuple[Any, ...]) -> str:
-    """``args[0]`` for the first positional input, ``kwargs['mask']`` for a keyword one."""
-    params = list(inspect.signature(model.forward).parameters)
-    index = params.index(name) if name in params else None
-    if index is not None and index < len(args):
-        return f"args[{index}]"
-    return f"kwargs[{name!r}]"
-
-
-#: A dimension declared dynamic: (input name, dim, how it was declared, min, max or None).
-_Declared = tuple[str, int, str, int, "int | None"]
-
-
-def _declared_dims(
-    torch: Any, model: Any, args: Any, kwargs: Any, dynamic_shapes: Any
-) -> list[_Declared]:
-    """Every dimension of a top-level input tensor that ``dynamic_shapes`` declares dynamic."""
-    if dynamic_shapes is None:
-        return []
-    from torch.export.dynamic_shapes import _DimHint, _DimHintType, _tree_map_with_path
-
-    combined = combine_args(model, args, kwargs)
-    out: list[Any] = []
-
-    def visit(path: Any, tensor: Any, spec: Any) -> None:
-        name = str(getattr(path[0], "key", path[0])) if path else "?"
-        if not isinstance(tensor, torch.Tensor) or spec is None:
-            return
-        items = spec.items() if isinstance(spec, Mapping) else enumerate(spec)
-        for dim, hint in items:
-            if isinstance(hint, _DimHint):
-                if hint.type == _DimHintType.STATIC:
-                    continue
-                label = f"Dim.{hint.type.name}"
-                low, high = hint.min, hint.max
-            elif isinstance(hint, torch.export.Dim) or type(hint).__name__ in ("_Dim",):
-                label = getattr(hint, "__name__", str(hint))
-                low, high = getattr(hint, "min", 0), getattr(hint, "max", None)
-            else:
-                continue
-            out.append((name, int(dim), label, int(low or 0), _bound(high)))
-
-    _tree_map_with_path(visit, combined, _by_name(combined, dynamic_shapes))
-    return out
-
-
-def _by_name(combined: dict[str, Any], dynamic_shapes: Any) -> Any:
-    if isinstance(dynamic_shapes, (tuple, list)):
-        return dict(zip(combined, dynamic_shapes, strict=False))
-    return dynamic_shapes
-
-
-def _user_input_values(torch: Any, program: Any) -> dict[str, Any]:
-    """The program's example values of the user's top-level tensor inputs, by name."""
-    nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
-    out = {}
-    for spec in program.graph_signature.input_specs:
-        if spec.kind.name == "USER_INPUT" and getattr(spec.arg, "name", None) in nodes:
-            value = nodes[spec.arg.name].meta.get("val")
-            if isinstance(value, torch.Tensor):
-                out[spec.arg.name] = value
-    return out
-
-
-def _bound(value: Any) -> Any:
-    """An int bound, ``None`` for infinity (sympy's ``int_oo``, or a huge int)."""
-    if value is None:
-        return None
-    try:
-        number = int(value)
-    except Exception:  # sympy's infinities raise all sorts
-        return None
-    return None if number >= 2**62 else number
-
-
-def _named_autos(
-    torch: Any, model: Any, args: Any, kwargs: Any, dynamic_shapes: Any
-) -> tuple[Any, set[tuple[str, int]]]:
-    """``dynamic_shapes`` with each ``Dim.AUTO`` of a top-level input made a named ``Dim`` of
-    the same range, and the (input, dim) pairs that were."""
-    if dynamic_shapes is None:
-        return None, set()
-    from torch.export.dynamic_shapes import _DimHint, _DimHintType
-
-    relaxed: set[tuple[str, int]] = set()
-    by_name = _by_name(combine_args(model, args, kwargs), dynamic_shapes)
-    if not isinstance(by_name, Mapping):
-        return dynamic_shapes, relaxed
-
-    def named(name: str, dim: Any, spec: Any) -> Any:
-        if isinstance(spec, _DimHint) and spec.type == _DimHintType.AUTO:
-            relaxed.add((name, int(dim)))
-            bounds = {"min": spec.min, "max": spec.max}
-            return torch.export.Dim(
-                f"{name}_dim{dim}", **{k: v for k, v in bounds.items() if v is not None}
-            )
-        return spec
-
-    out: dict[str, Any] = {}
-    for name, spec in by_name.items():
-        if isinstance(spec, Mapping):
-            out[name] = {dim: named(name, dim, hint) for dim, hint in spec.items()}
-        elif isinstance(spec, (list, tuple)) and all(
-            not isinstance(h, (list, tuple, Mapping)) for h in spec
-        ):
-            out[name] = type(spec)(named(name, dim, hint) for dim, hint in enumerate(spec))
-        else:
-            out[name] = spec
-    if isinstance(dynamic_shapes, (tuple, list)):
-        return type(dynamic_shapes)(out.values()), relaxed
-    return out, relaxed
-
-
-def _named_expr(
-    expr: str, symbols: Mapping[str, str], sources: Mapping[str, tuple[str, int]]
-) -> str:
-    """A guard as the user reads it: ``Eq(tokens.shape[1], 4)``, not ``Eq(s77, 4)``."""
-    for symbol, source in symbols.items():
-        if source in sources:
-            name, dim = sources[source]
-            expr = re.sub(rf"\b{re.escape(symbol)}\b", f"{name}.shape[{dim}]", expr)
-    return expr
-
-
-def _finding_reason(kind: str, data: Mapping[str, Any]) -> str:
-    if kind == "DATA_DEPENDENT_ERROR":
-        times = data.get("occurrences", 1)
-        return (
-            f"the value of {data.get('expr')} depends on the data; export assumed "
-            f"{data.get('result')} (the example's), so the program is only right for inputs "
-            f"that agree{f' ({times} times)' if times and times > 1 else ''}"
-        )
-    if kind == "MISSING_FAKE_KERNEL":
-        return f"torch.ops.{data.get('op')} has no fake kernel: export ran the real one"
-    if kind == "MISMATCHED_FAKE_KERNEL":
-        return f"torch.ops.{data.get('op')}'s fake kernel disagrees: {data.get('reason')}".strip()
-    if kind == "GUARD_ADDED":
-        return f"tracing added the guard {data.get('expr')}, which the declared range violates"
-    return str(data)[:200]
-
-
-def _op_stack(program: Any, op: str) -> list[Frame]:
-    """The traced stack of the first call of ``op`` (``mylib.f.default``) in ``program``."""
-    for node in program.graph.nodes:
-        if node.op == "call_function" and str(node.target) == op:
-            trace = node.meta.get("stack_trace") or ""
-            return [Frame(m.group(1), int(m.group(2))) for m in _FILE_LINE.finditer(trace)]
-    return []
-
-
-def _resized(torch: Any, tensor: Any, dim: int, size: int) -> Any:
-    """``tensor`` with ``size`` along ``dim``: cut, or grown by repeating its own values (token
-    ids and masks stay valid)."""
-    now = tensor.shape[dim]
-    if size <= now:
-        return tensor.narrow(dim, 0, size).contiguous()
-    reps = -(-size // now)
-    return torch.cat([tensor] * reps, dim=dim).narrow(dim, 0, size).contiguous()
-
-
-def _tensor_pairs(torch: Any, out: Any, ref: Any) -> list[tuple[Any, Any]]:
-    """The floating-point output tensors of the DUT run and eager, in order."""
-    import torch.utils._pytree as pytree
-
-    left, right = pytree.tree_leaves(out), pytree.tree_leaves(ref)
-    return [
-        (a, b)
-        for a, b in zip(left, right, strict=False)
-        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and b.is_floating_point()
-    ]
-
-
-def _op_counts(program: Any) -> collections.Counter[str]:
-    """The program's compute ops, counted. Views, copies, asserts and size reads are left
-    out: strict and non-strict tracing place them differently (a transformer's programs
-    differ by a few ``unsqueeze``) without computing anything else."""
-    counts: collections.Counter[str] = collections.Counter()
-    for node in program.graph.nodes:
-        if node.op != "call_function" or not hasattr(node.target, "_schema"):
-            continue  # operator.getitem, Python's arithmetic on sizes
-        name = str(node.target)
-        if getattr(node.target, "is_view", False) or name.startswith(_NOT_COMPUTE):
-            continue
-        counts[name] += 1
-    return counts
-
-
-def _differ(torch: Any, expected: Any, actual: Any) -> str | None:
-    import torch.utils._pytree as pytree
-
-    left, _ = pytree.tree_flatten(expected)
-    right, _ = pytree.tree_flatten(actual)
-    if len(left) != len(right):
-        return f"{len(right)} outputs, eager has {len(left)}"
-    for index, (a, b) in enumerate(zip(left, right, strict=True)):
-        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-            if a.shape != b.shape:
-                return f"output {index} has shape {tuple(b.shape)}, eager {tuple(a.shape)}"
-            if not torch.allclose(a.float(), b.float(), rtol=_RTOL, atol=_ATOL, equal_nan=True):
-                diff = (a.float() - b.float()).abs().max().item()
-                return f"output {index} differs by up to {diff:.3g}"
-    return None
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Export's failures print the partial graph to stderr and log each violated guard at ERROR: the
-    report says the same in a few lines."""
-    loggers = [logging.getLogger(name) for name in ("torch._guards", "torch.export")]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.CRITICAL)
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            yield
-    finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
-
-
-__all__ = ["EXPORT_TITLE", "MODES", "ExportError", "ExportReport", "export_check"]
+__all__ = ["export_check"]
