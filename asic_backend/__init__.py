@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -79,6 +80,5 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'asic_backend' has no attribute {name!r}")
-    import importlib
 
     return getattr(importlib.import_module(module), name)

@@ -25,6 +25,9 @@ from typing import Any, cast
 
 import torch
 from torch import fx
+from torch._dynamo.backends import debugging
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from asic_backend.lower.accounting import (
     AUTOGRAD_REASON,
@@ -138,10 +141,11 @@ class AsicBackend:
         forward_reason: str | None,
     ) -> CompiledFn:
         """The host part, through AOTAutograd, with the aten passes before the host compiler."""
-        from torch._dynamo.backends.debugging import boxed_nop
-
         if self.host == "inductor":
+            # Lazy: Inductor's import takes seconds: only host="inductor" needs it.
             from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+            # Lazy: Inductor's import takes seconds: only host="inductor" needs it.
             from torch._inductor.decomposition import select_decomp_table
 
             # Inductor decomposes small mm/addmm/bmm and every mv/dot into multiplies and sums
@@ -161,12 +165,11 @@ class AsicBackend:
                     config_patches={"fx_graph_cache": False, "fx_graph_remote_cache": False},
                 )
             return cast(CompiledFn, compiled)
-        from torch._dynamo.backends.common import aot_autograd
-        from torch._functorch.partitioners import min_cut_rematerialization_partition
 
         compiler = aot_autograd(
-            fw_compiler=_after(options, boxed_nop, forward_reason, direct=True),
-            bw_compiler=_after(options, boxed_nop, BACKWARD_REASON),
+            # Looked up per compile, not at import: the tests read the graph it is handed.
+            fw_compiler=_after(options, debugging.boxed_nop, forward_reason, direct=True),
+            bw_compiler=_after(options, debugging.boxed_nop, BACKWARD_REASON),
             partition_fn=min_cut_rematerialization_partition,
             keep_inference_input_mutations=True,
         )

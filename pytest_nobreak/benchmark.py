@@ -42,6 +42,10 @@ import pytest
 
 from asic_backend.sim.config import OPS_PER_MAC
 from pytest_nobreak.config import NobreakConfig
+from pytest_nobreak.gate.atomic import write_atomic
+from pytest_nobreak.keys import MONITOR_KEY
+from pytest_nobreak.report.roofline import Point, Roof, render_svg
+from pytest_nobreak.report.versions import sim_version, torch_version
 
 if TYPE_CHECKING:
     from asic_backend.sim.config import AsicConfig
@@ -105,6 +109,7 @@ class _State:
         # The generic roofline collection must not import torch into a test that never used it.
         if not import_backend and "asic_backend.sim.device" not in sys.modules:
             return cls({}, {}, {})
+        # Lazy: keeps torch out of the plugin's import until a test needs it.
         from asic_backend.sim.device import all_devices
 
         devices = {d.key: d for d in all_devices()}
@@ -184,6 +189,7 @@ class AsicCallFigures:
 
 
 def _per_call(before: _State, after: _State, calls: int) -> AsicCallFigures:
+    # Lazy: keeps torch out of the plugin's import until a test needs it.
     from asic_backend.sim.device import CounterSnapshot
 
     total = CounterSnapshot()
@@ -242,6 +248,7 @@ class AsicBenchmark:
         the asic backend would leave the graph on the host. A target that ran no GEMM on the
         DUT fails the test: it would be a benchmark of the host under the DUT's name.
         """
+        # Lazy: keeps torch out of the plugin's import until a test needs it.
         import torch
 
         calls = 0
@@ -284,7 +291,6 @@ class AsicBenchmark:
     def _discount(self, repeated: CounterSnapshot) -> None:
         """Leave the counters of the repeated (timed and warm-up) calls out of this test's
         compile report: its ASIC figures are ``after - before``, so they go into ``before``."""
-        from pytest_nobreak.session import MONITOR_KEY
 
         monitor = self._item.stash.get(MONITOR_KEY, None)
         if monitor is None:  # not watched (cannot happen with the plugin's session on)
@@ -322,6 +328,7 @@ def asic_benchmark(request: pytest.FixtureRequest, benchmark: BenchmarkLike) -> 
 
 def _roofline_payload(gemms: Sequence[tuple[str, GemmCost]], name: str) -> dict[str, Any]:
     """The test's roofline points and the roofs of their devices, as plain JSON."""
+    # Lazy: keeps torch out of the plugin's import until a test needs it.
     from asic_backend.sim.device import get_device
 
     points, roofs = [], {}
@@ -365,7 +372,6 @@ class BenchmarkPlugin:
     ) -> None:
         """Put the simulator and torch versions in pytest-benchmark's machine info, so
         ``--benchmark-compare`` warns when either changed between two runs."""
-        from pytest_nobreak.report.controller import sim_version, torch_version
 
         machine_info["asic_sim"] = {"version": sim_version(), "torch": torch_version()}
 
@@ -406,7 +412,6 @@ class BenchmarkPlugin:
         path = self.settings.roofline_path
         if path is None or hasattr(self.config, "workerinput"):
             return
-        from pytest_nobreak.gate.atomic import write_atomic
 
         try:
             svg, n_points, n_roofs = self._render()
@@ -421,7 +426,6 @@ class BenchmarkPlugin:
         self.lines.append((f"nobreak: roofline of {what} written to {path}", False))
 
     def _render(self) -> tuple[str, int, int]:
-        from pytest_nobreak.report.roofline import Point, Roof, render_svg
 
         roofs: dict[str, Roof] = {}
         points: dict[tuple[Any, ...], Point] = {}
@@ -443,7 +447,6 @@ class BenchmarkPlugin:
 
 
 def _session_roof(settings: NobreakConfig) -> dict[str, Roof]:
-    from pytest_nobreak.report.roofline import Roof
 
     config = settings.asic_config()
     return {config.key: Roof(config.key, **roof_fields(config))}

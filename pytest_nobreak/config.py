@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from asic_backend.sim.config import PRESETS, AsicConfig
 from pytest_nobreak.watch.events import SCOPES, Scope
 
 if TYPE_CHECKING:
@@ -250,7 +251,6 @@ class NobreakConfig:
 
         Raises ``ValueError``/``OSError`` for a bad spec. Imports no torch.
         """
-        from asic_backend.sim.config import AsicConfig
 
         spec = self.asic_device
         return AsicConfig.load(spec) if spec else AsicConfig.from_env()
@@ -332,7 +332,6 @@ _OPTION = {opt.flag: opt for opt in OPTIONS}
 def _ini_device(spec: str, rootpath: Path) -> str:
     """An ini ``asic_device`` file is relative to the rootdir, as every ini path; a preset is a
     name, not a path."""
-    from asic_backend.sim.config import PRESETS
 
     if spec in PRESETS or Path(spec).is_absolute():
         return spec

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_nobreak.config import ASIC_BACKEND, NobreakConfig
+from pytest_nobreak.keys import MONITOR_KEY
 from pytest_nobreak.watch.compile_report import CompileReport
 from pytest_nobreak.watch.export_report import ExportReport
 from pytest_nobreak.watch.exporting import export_check
@@ -25,6 +26,7 @@ def _settings(request: pytest.FixtureRequest) -> NobreakConfig:
 def session_backend(settings: NobreakConfig) -> Any:
     """The backend object ``nobreak_compile`` hands to ``torch.compile``."""
     if settings.fixture_backend == ASIC_BACKEND:
+        # Lazy: keeps torch out of the plugin's import until a test needs it.
         from asic_backend import make_backend
 
         return make_backend(config=settings.asic_device)
@@ -35,7 +37,6 @@ def session_backend(settings: NobreakConfig) -> Any:
 def nobreak_report(request: pytest.FixtureRequest) -> CompileReport:
     """The live compile report of this test: graphs, breaks, eager frames, recompiles, ASIC
     counters. Requesting it watches the test even when it is not marked."""
-    from pytest_nobreak.session import MONITOR_KEY
 
     report: CompileReport = request.node.stash[MONITOR_KEY].report
     return report
@@ -53,6 +54,7 @@ def nobreak_compile(request: pytest.FixtureRequest) -> Callable[..., Any]:
     settings = _settings(request)
 
     def compile(model_or_fn: Any, **kwargs: Any) -> Any:
+        # Lazy: keeps torch out of the plugin's import until a test needs it.
         import torch
 
         kwargs.setdefault("backend", session_backend(settings))
@@ -90,7 +92,6 @@ def nobreak_export(request: pytest.FixtureRequest) -> Callable[..., ExportReport
         strict: bool | None = None,
         asic: bool | None = None,
     ) -> ExportReport:
-        from pytest_nobreak.session import MONITOR_KEY
 
         result = export_check(
             model,
@@ -115,6 +116,7 @@ def nobreak_export(request: pytest.FixtureRequest) -> Callable[..., ExportReport
 def asic(request: pytest.FixtureRequest) -> Device:
     """This test's simulated ASIC: ``.config`` and ``.snapshot()`` counters (DUT ops, host
     fallbacks, MACs, cycles, bytes, utilization), reset at the start of the test."""
+    # Lazy: keeps torch out of the plugin's import until a test needs it.
     from asic_backend.sim.device import get_device
 
     return get_device(_settings(request).asic_device)

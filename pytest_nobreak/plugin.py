@@ -85,6 +85,7 @@ def _check_backend_name(name: str) -> None:
 
 def _check_host_gemm() -> None:
     """A bad ``$ASIC_HOST_GEMM`` stops the run at once (exit 4, one line), not in a compile."""
+    # Lazy: keeps torch out of the plugin's import until a test needs it.
     from asic_backend.sim import host_gemm
 
     try:

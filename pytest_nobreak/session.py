@@ -24,10 +24,24 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_nobreak.benchmark import roof_fields
 from pytest_nobreak.config import NobreakConfig
 from pytest_nobreak.gate.baseline import Baseline, BaselineError, load_baseline
+from pytest_nobreak.keys import (
+    COMPLETE_ATTR,
+    COMPLETE_KEY,
+    MONITOR_KEY,
+    OPTIONS_KEY,
+    RECORD_KEY,
+    REPORT_ATTR,
+    ROOFS_ATTR,
+    ROOFS_KEY,
+    USAGE_ERRORS_OUTPUT,
+)
 from pytest_nobreak.markers import BACKEND_DEFAULT, MARKER, MarkerError, NoGraphBreakOptions
-from pytest_nobreak.report.json_report import TestRecord
+from pytest_nobreak.report.controller import SessionReporter, display_path, update_command
+from pytest_nobreak.report.html_report import HtmlReportError, check_html_path
+from pytest_nobreak.report.json_report import ReportError, TestRecord, check_report_path
 from pytest_nobreak.report.junit import junit_properties
 from pytest_nobreak.watch.compile_report import CompileReport
 from pytest_nobreak.watch.events import EXPORT_KINDS, BreakEvent
@@ -39,20 +53,6 @@ from pytest_nobreak.watch.sites import source_context
 if TYPE_CHECKING:
     from pytest_nobreak.report.controller import SessionReporter
 
-MONITOR_KEY = pytest.StashKey[Monitor]()
-OPTIONS_KEY = pytest.StashKey[NoGraphBreakOptions]()
-RECORD_KEY = pytest.StashKey[TestRecord]()
-#: Key in xdist's ``workeroutput`` carrying a worker's marker errors to the controller.
-USAGE_ERRORS_OUTPUT = "nobreak_usage_errors"
-COMPLETE_KEY = pytest.StashKey[bool]()
-#: Attribute of the call-phase ``TestReport`` carrying the record (JSON, so xdist can ship it).
-REPORT_ATTR = "nobreak_record"
-#: Attribute of the same report: whether the test body ran to its end (its figures are whole).
-COMPLETE_ATTR = "nobreak_complete"
-ROOFS_KEY = pytest.StashKey[dict[str, dict[str, Any]]]()
-#: Attribute of the same report: the roofs of the devices its DUT GEMMs ran on, by device key,
-#: read where the test ran (the controller cannot rebuild a device from a custom config's key).
-ROOFS_ATTR = "nobreak_roofs"
 #: Fixtures whose use makes a test watched even when it is not marked.
 WATCH_FIXTURES = ("nobreak_report", "nobreak_compile", "nobreak_export", "asic", "asic_benchmark")
 FAIL_TITLE = f"@pytest.mark.{MARKER}: torch.compile did not run as whole graphs"
@@ -79,8 +79,8 @@ class NobreakWarning(UserWarning):
 
 def device_roofs(keys: set[str]) -> dict[str, dict[str, Any]]:
     """The roofs of the simulated devices ``keys`` (imported already: a GEMM ran on each)."""
+    # Lazy: keeps torch out of the plugin's import until a test needs it.
     from asic_backend.sim.device import get_device
-    from pytest_nobreak.benchmark import roof_fields
 
     return {key: roof_fields(get_device(key).config) for key in sorted(keys)}
 
@@ -112,7 +112,6 @@ class NobreakSession:
         path = self.settings.baseline_path
         if path is None or is_xdist_worker(self.config):
             return None
-        from pytest_nobreak.report.controller import display_path, update_command
 
         try:
             return load_baseline(path)
@@ -128,8 +127,6 @@ class NobreakSession:
         path = self.settings.json_path
         if path is None or is_xdist_worker(self.config):
             return
-        from pytest_nobreak.report.controller import display_path
-        from pytest_nobreak.report.json_report import ReportError, check_report_path
 
         self._check_distinct("JSON report", path, ("--nobreak-baseline",))
         try:
@@ -142,8 +139,6 @@ class NobreakSession:
         path = self.settings.html_path
         if path is None or is_xdist_worker(self.config):
             return
-        from pytest_nobreak.report.controller import display_path
-        from pytest_nobreak.report.html_report import HtmlReportError, check_html_path
 
         self._check_distinct("HTML report", path, ("--nobreak-json", "--nobreak-baseline"))
         try:
@@ -155,7 +150,6 @@ class NobreakSession:
     def _check_distinct(self, what: str, path: os.PathLike[str], flags: tuple[str, ...]) -> None:
         """One file given for two of the run's outputs would be written twice, the last one
         winning: a usage error before any test."""
-        from pytest_nobreak.report.controller import display_path
 
         others = {
             "--nobreak-json": self.settings.json_path,
@@ -177,6 +171,7 @@ class NobreakSession:
         if not self.settings.watch_all:
             return
         try:
+            # Lazy: keeps torch out of the plugin's import until a test needs it.
             from pytest_nobreak.watch import dynamo
 
             dynamo.install_taps()
@@ -234,6 +229,7 @@ class NobreakSession:
             item.stash[MONITOR_KEY] = monitor
             self._watching = monitor
             try:
+                # Lazy: keeps torch out of the plugin's import until a test needs it.
                 from pytest_nobreak.watch.dynamo import TorchCompatError
 
                 monitor.start()
@@ -387,7 +383,6 @@ class NobreakSession:
                     sys.stderr.write(f"ERROR: {message}\n")
         if session.exitstatus == pytest.ExitCode.USAGE_ERROR:
             return  # no test ran: no report or baseline says anything about this run
-        from pytest_nobreak.report.controller import SessionReporter
 
         self.reporter = SessionReporter(
             self.config,
@@ -422,6 +417,7 @@ class NobreakSession:
 
 def _quiet_trace_logger() -> None:
     if "torch._logging._internal" in sys.modules:
+        # Lazy: keeps torch out of the plugin's import until a test needs it.
         from pytest_nobreak.watch.dynamo import detach_foreign_trace_handlers
 
         detach_foreign_trace_handlers()

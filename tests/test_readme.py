@@ -1,4 +1,4 @@
-"""What the README shows as runnable runs, and prints what the README says it prints.
+"""What the README and docs/*.md show as runnable runs, and prints what they say it prints.
 
 Three kinds of marked blocks:
 
@@ -35,6 +35,15 @@ else:  # the backport asic_backend depends on there
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+#: Every page a user reads: the README and the reference pages it links to (``docs/zoo.md`` is
+#: generated, and checked by tests/plugin/test_zoo.py).
+PAGES = {
+    path.relative_to(ROOT).as_posix(): path.read_text(encoding="utf-8")
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    if path.name != "zoo.md"
+}
+#: All of them, for the marked blocks (whose names are unique across pages).
+TEXT = "\n\n".join(PAGES.values())
 
 _PAIR = re.compile(
     r"<!-- readme-test: (?P<name>[\w-]+) -->\n```python\n(?P<code>.*?)```\n\n```text\n"
@@ -55,7 +64,7 @@ _EXAMPLE = re.compile(
 
 
 def _pairs() -> list[tuple[str, str, str]]:
-    return [(m["name"], m["code"], m["out"]) for m in _PAIR.finditer(README)]
+    return [(m["name"], m["code"], m["out"]) for m in _PAIR.finditer(TEXT)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,10 +80,10 @@ class Project:
 
 def _projects() -> list[Project]:
     files: dict[str, dict[str, str]] = {}
-    for m in _FILE.finditer(README):
+    for m in _FILE.finditer(TEXT):
         files.setdefault(m["name"], {})[m["path"]] = m["code"]
     projects = []
-    for m in _RUN.finditer(README):
+    for m in _RUN.finditer(TEXT):
         lines = m["body"].splitlines()
         commands = [shlex.split(line[2:], comments=True) for line in lines if line[:2] == "$ "]
         projects.append(
@@ -91,7 +100,11 @@ def _projects() -> list[Project]:
 
 
 def test_the_readme_has_runnable_examples() -> None:
-    assert [name for name, _, _ in _pairs()] == ["host-fusion", "host-fallbacks", "weight-buffers"]
+    assert sorted(name for name, _, _ in _pairs()) == [
+        "host-fallbacks",
+        "host-fusion",
+        "weight-buffers",
+    ]
     projects = {p.name: p for p in _projects()}
     assert sorted(projects) == ["decode", "export", "quickstart", "scope", "syncs"]
     assert sorted(projects["export"].files) == ["encoder.py", "test_encoder.py"]
@@ -190,11 +203,12 @@ def test_readme_run_prints_what_the_readme_shows(project: Project, tmp_path: Pat
         start = next((i for i, line in enumerate(output) if line == project.shown[0]), 0)
         real = output[start:]
         diff = difflib.unified_diff(project.shown, real, "README", "real run", lineterm="")
-        pytest.fail(f"README.md [{project.name}] drifted:\n" + "\n".join(diff), pytrace=False)
+        message = f"the pages' [{project.name}] example drifted:\n" + "\n".join(diff)
+        pytest.fail(message, pytrace=False)
 
 
 def test_readme_example_files_are_the_repository_files() -> None:
-    examples = {m["path"]: m["text"] for m in _EXAMPLE.finditer(README)}
+    examples = {m["path"]: m["text"] for m in _EXAMPLE.finditer(TEXT)}
     assert sorted(examples) == ["examples/lab_device.toml"]
     for path, text in examples.items():
         assert (ROOT / path).read_text(encoding="utf-8") == text, path
@@ -206,7 +220,7 @@ def test_the_device_toml_format_is_documented_and_the_example_loads() -> None:
     from asic_backend.sim.config import AsicConfig
 
     fields = [field.name for field in dataclasses.fields(AsicConfig)]
-    section = README.split("## The simulated device", 1)[1].split("\n## ", 1)[0]
+    section = PAGES["docs/device.md"]
     rows = re.findall(r"^\| `(\w+)`(?:, `(\w+)`)? \|", section, flags=re.MULTILINE)
     documented = {name for row in rows for name in row if name}
     assert documented == {"preset", *fields}
@@ -233,3 +247,35 @@ def test_the_options_table_lists_every_option_and_its_ini_key() -> None:
         assert opt.ini in (None, opt.flag.removeprefix("--").replace("-", "_"))
         for old in opt.old_ini:
             assert f"`{old}`" in section
+
+
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _anchors(text: str) -> set[str]:
+    """GitHub's anchors of a page's headings (code blocks' ``#`` lines are no headings)."""
+    out, inside = set(), False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            inside = not inside
+        elif not inside and line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            out.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return out
+
+
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_every_link_of_a_page_resolves(page: str) -> None:
+    """The README's reference parts live in docs/: each link between them (and to the
+    repository's files) names a file that exists and, with a ``#``, one of its headings."""
+    broken = []
+    base = (ROOT / page).parent
+    for target in _LINK.findall(PAGES[page]):
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        path, _, anchor = target.partition("#")
+        file = (base / path).resolve() if path else ROOT / page
+        headed = file.suffix != ".md" or not anchor or not file.exists()
+        if not file.exists() or not (headed or anchor in _anchors(file.read_text("utf-8"))):
+            broken.append(target)
+    assert broken == []

@@ -21,18 +21,13 @@ import torch
 from torch import fx
 
 from asic_backend.lower.fx_nodes import dtype_of, example_value, get_arg, is_graph_input, is_plain
-from asic_backend.lower.pt2e import is_pt2e_pair, lower_pt2e_conv
+from asic_backend.lower.pt2e import STATIC_ONLY, is_pt2e_pair, lower_pt2e_conv
 from asic_backend.lower.rewrite import Rewrite
 from asic_backend.ops import linear as quant_ops
 from asic_backend.ops.conv import padding_pairs
 
-__all__ = ["CONV_TARGETS", "STATIC_ONLY", "ConvCall", "lower_conv"]
+__all__ = ["CONV_TARGETS", "ConvCall", "lower_conv"]
 
-#: Why a convolution whose layout is computed at run time stays on the host.
-STATIC_ONLY = (
-    "stride, padding, dilation or groups computed at run time: the DUT path needs them as "
-    "Python ints"
-)
 
 _aten = torch.ops.aten
 

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
+import torch._dynamo.eval_frame
 from torch import fx
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.symbolic_shapes import statically_known_true
@@ -204,7 +205,6 @@ def _compiling_caller() -> tuple[str | None, int | None, str | None]:
 
 @functools.cache
 def _eval_frame_file() -> str:
-    import torch._dynamo.eval_frame
 
     return torch._dynamo.eval_frame.__file__
 

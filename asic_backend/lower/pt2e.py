@@ -26,6 +26,13 @@ from asic_backend.sim import numerics
 if TYPE_CHECKING:
     from asic_backend.lower.conv import ConvCall
 
+
+#: Why a convolution whose layout is computed at run time stays on the host (a
+#: PT2E one or a float one: :mod:`asic_backend.lower.conv` says it too).
+STATIC_ONLY = (
+    "stride, padding, dilation or groups computed at run time: the DUT path needs them as "
+    "Python ints"
+)
 __all__ = ["is_pt2e_pair", "lower_pt2e", "lower_pt2e_conv"]
 
 _aten = torch.ops.aten
@@ -62,7 +69,6 @@ def lower_pt2e(rw: Rewrite, node: fx.Node, x: fx.Node, w: fx.Node, b: Any) -> No
 
 def lower_pt2e_conv(rw: Rewrite, node: fx.Node, call: ConvCall) -> None:
     """Replace the PT2E convolution ``node`` (and a ``relu``/``quantize`` only it feeds)."""
-    from asic_backend.lower.conv import STATIC_ONLY
 
     x, w = call.x, call.w
     reason = _unsupported(rw, x, w, weight_dims=(3, 4, 5), channel_axis=int(call.transposed))

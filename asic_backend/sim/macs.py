@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, get_args
 
 import torch
+from torch.utils import flop_counter
+from torch.utils.flop_counter import flop_registry
 
 __all__ = [
     "FORMULAS",
@@ -80,7 +82,6 @@ def _conv(x: Shape, w: Shape, params: Sequence[int]) -> int:
 def _conv_backward(grad_out: Shape, x: Shape, w: Shape, params: Sequence[int]) -> int:
     # FlopCounterMode's own formula (one source of truth for the backward's convolutions):
     # grad_input as a transposed conv of grad_out, grad_weight as a conv of the input.
-    from torch.utils.flop_counter import flop_registry
 
     transposed, mask_input, mask_weight = params
     flops = flop_registry[_aten.convolution_backward](
@@ -101,7 +102,6 @@ def _conv_backward(grad_out: Shape, x: Shape, w: Shape, params: Sequence[int]) -
 
 
 def _sdpa_backward(grad_out: Shape, q: Shape, k: Shape, v: Shape) -> int:
-    from torch.utils import flop_counter
 
     # FlopCounterMode's formula: QKᵀ recomputed, then the gradients of both products.
     count: Callable[..., int] = flop_counter.sdpa_backward_flop_count
@@ -270,7 +270,6 @@ def flop_counter_extras() -> dict[Any, Callable[..., int]]:
     Its ``shape_wrapper`` hands each formula the op's arguments with tensors replaced by their
     shapes; a formula returns FLOPs (2 per MAC).
     """
-    from torch.utils.flop_counter import flop_registry
 
     def formula(op: MacOp) -> Callable[..., int]:
         def flops(*args: Any, out_shape: Any = None, **kwargs: Any) -> int:

@@ -35,6 +35,7 @@ from pytest_nobreak.gate.baseline import (
     load_baseline,
     updated,
 )
+from pytest_nobreak.report.html_report import HtmlReportError, check_html_path, render_html
 from pytest_nobreak.report.json_report import (
     CONFIGURATION,
     ReportError,
@@ -121,7 +122,6 @@ def html_of(report: Mapping[str, Any], baseline_path: str | os.PathLike[str] | N
     """The HTML page of the merged report, its tests compared with the baseline at
     ``baseline_path`` if given (a missing file: every test is new), as the unsharded run's
     ``--nobreak-html`` page shows them."""
-    from pytest_nobreak.report.html_report import render_html
 
     comparison = None
     if baseline_path is not None:
@@ -172,8 +172,6 @@ def _check_paths(args: argparse.Namespace) -> None:
             raise MergeError(f"{path} is given as {role} and as {other}: pass another path")
         seen[real] = role
     if args.html is not None:
-        from pytest_nobreak.report.html_report import HtmlReportError, check_html_path
-
         try:
             check_html_path(args.html)
         except HtmlReportError as exc:

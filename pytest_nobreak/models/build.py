@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import hashlib
 import importlib
 import importlib.util
@@ -35,7 +36,7 @@ from pytest_nobreak.models.hf import (
     hf_inputs,
     hf_main_input,
 )
-from pytest_nobreak.models.spec import InputSpec, ModelSpec, SpecError
+from pytest_nobreak.models.spec import InputSpec, ModelSpec, SpecError, parse_spec
 
 __all__ = [
     "BuildSkip",
@@ -70,7 +71,6 @@ class BuiltModel:
 def expand(specs: list[ModelSpec]) -> list[ModelSpec]:
     """The SPECs with every sweep (``hf:*``, ``hf:llm``, ...) replaced by its members, each
     once, in the order given."""
-    from pytest_nobreak.models.spec import parse_spec
 
     out: dict[str, ModelSpec] = {}
     for spec in specs:
@@ -95,7 +95,6 @@ def resolve(spec: ModelSpec) -> Callable[[], Any] | None:
     factory = getattr(module, spec.attr, None)
     if factory is None:
         names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
-        import difflib
 
         close = difflib.get_close_matches(spec.attr, names, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""

@@ -9,12 +9,15 @@ given: it imports ``transformers`` and torch.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from torch import nn
+
+from pytest_nobreak.models.spec import SpecError
 
 __all__ = [
     "HF_MAIN_INPUTS",
@@ -122,10 +125,9 @@ class BuildSkip(Exception):
 
 def _auto() -> Any:
     try:
+        # Lazy: transformers is an optional extra: imported when an hf: model is built.
         from transformers.models.auto import configuration_auto, modeling_auto
     except ImportError as exc:
-        from pytest_nobreak.models.spec import SpecError
-
         raise SpecError(
             f"--nobreak-model hf:...: needs transformers, which cannot be imported ({exc}); "
             "pip install transformers"
@@ -139,8 +141,6 @@ def check_hf(model_type: str, task: str) -> str | None:
     if task not in TASKS:
         return f"unknown task {task!r}; tasks: {', '.join(t for t in TASKS if t)}"
     if model_type not in configuration.CONFIG_MAPPING_NAMES:
-        import difflib
-
         close = difflib.get_close_matches(model_type, configuration.CONFIG_MAPPING_NAMES, n=3)
         hint = f" (did you mean {', '.join('hf:' + c for c in close)}?)" if close else ""
         return f"transformers {_version()} has no model type {model_type!r}{hint}"
@@ -166,6 +166,7 @@ def hf_set(name: str) -> list[str]:
 
 
 def _version() -> str:
+    # Lazy: transformers is an optional extra: imported when an hf: model is built.
     import transformers
 
     return str(transformers.__version__)
@@ -245,6 +246,7 @@ def _sizeish(key: str) -> bool:
 
 
 def _class(names: Mapping[str, Any], model_type: str) -> Any:
+    # Lazy: transformers is an optional extra: imported when an hf: model is built.
     import transformers
 
     name = names[model_type]

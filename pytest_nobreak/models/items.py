@@ -35,10 +35,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_nobreak.benchmark import AsicBenchmark
 from pytest_nobreak.config import NobreakConfig
+from pytest_nobreak.fixtures import session_backend
+from pytest_nobreak.keys import MONITOR_KEY
 from pytest_nobreak.markers import MARKER
 from pytest_nobreak.models.spec import InputSpec, ModelSpec, SpecError, parse_inputs, parse_spec
+from pytest_nobreak.watch.export_program import combine_args
 from pytest_nobreak.watch.export_report import NARROWED
+from pytest_nobreak.watch.exporting import export_check
 
 if TYPE_CHECKING:
     from pytest_nobreak.models.build import BuiltModel
@@ -177,6 +182,7 @@ class ModelPlugin:
     """The collection and reporting hooks of the generated checks."""
 
     def __init__(self, config: pytest.Config, settings: NobreakConfig, models: ModelSettings):
+        # Lazy: keeps torch out of the plugin's import until a test needs it.
         from pytest_nobreak.models.build import expand, resolve
 
         self.config = config
@@ -198,6 +204,7 @@ class ModelPlugin:
     def _check_inputs(self, named: frozenset[str]) -> None:
         """Inputs that cannot be made are a usage error before any test runs: a factory's
         (calling it), a named ``hf:`` model's (its main input). A sweep's members skip instead."""
+        # Lazy: keeps torch out of the plugin's import until a test needs it.
         from pytest_nobreak.models.build import check_inputs
 
         for spec in self.specs:
@@ -321,6 +328,7 @@ class ModelCollector(pytest.Collector):
     def model(self) -> BuiltModel:
         """The model and its inputs, built on first use; when it cannot be built, fails if the
         user named it and skips if a sweep did."""
+        # Lazy: keeps torch out of the plugin's import until a test needs it.
         from pytest_nobreak.models.build import BuildSkip, InferredInputsError, build
 
         if self._skip is not None:
@@ -351,7 +359,6 @@ class ModelCollector(pytest.Collector):
 
     def backend(self) -> Any:
         """The compile backend of the checks (see the module docstring)."""
-        from pytest_nobreak.fixtures import session_backend
 
         settings = self.plugin.settings
         if settings.asic or settings.backend_explicit:
@@ -368,6 +375,7 @@ class ModelCheck(pytest.Function):
 
 def _bind(run: Callable[..., None], collector: ModelCollector) -> Callable[..., None]:
     """The check as a test function: pytest reads the fixtures it takes from its signature."""
+    # Lazy: keeps torch out of the plugin's import until a test needs it.
     from pytest_nobreak.models.build import TimeLimitExceeded, time_limit
 
     timeout = collector.plugin.models.timeout_s
@@ -403,6 +411,7 @@ def _bind(run: Callable[..., None], collector: ModelCollector) -> Callable[..., 
 
 
 def _compiles_whole(collector: ModelCollector, request: pytest.FixtureRequest) -> None:
+    # Lazy: keeps torch out of the plugin's import until a test needs it.
     import torch
 
     built = collector.model()
@@ -414,8 +423,10 @@ def _compiles_whole(collector: ModelCollector, request: pytest.FixtureRequest) -
 
 
 def _no_recompile(collector: ModelCollector, request: pytest.FixtureRequest) -> None:
+    # Lazy: keeps torch out of the plugin's import until a test needs it.
     import torch
 
+    # Lazy: keeps torch out of the plugin's import until a test needs it.
     from pytest_nobreak.models.build import SIZES
 
     built = collector.model()
@@ -429,10 +440,8 @@ def _no_recompile(collector: ModelCollector, request: pytest.FixtureRequest) -> 
 
 
 def _exports(collector: ModelCollector, request: pytest.FixtureRequest) -> None:
+    # Lazy: keeps torch out of the plugin's import until a test needs it.
     import torch
-
-    from pytest_nobreak.session import MONITOR_KEY
-    from pytest_nobreak.watch.exporting import export_check
 
     built = collector.model()
     args, kwargs = built.inputs(0)
@@ -456,10 +465,11 @@ def _varying_dims(built: BuiltModel) -> dict[str, Any]:
     """``Dim.AUTO`` for each dimension of an input that the check's sizes vary (batch and
     sequence), by the forward's parameter names; AUTO, so inputs that share a size (ids and
     their mask) stay equal, and what the program made static is reported, not raised."""
+    # Lazy: keeps torch out of the plugin's import until a test needs it.
     import torch
-    from torch.export import Dim
 
-    from pytest_nobreak.watch.export_program import combine_args
+    # Lazy: keeps torch out of the plugin's import until a test needs it.
+    from torch.export import Dim
 
     one = combine_args(built.module, *built.inputs(0))
     two = combine_args(built.module, *built.inputs(1))
@@ -482,11 +492,14 @@ def _varying_dims(built: BuiltModel) -> dict[str, Any]:
 
 
 def _on_dut(collector: ModelCollector, request: pytest.FixtureRequest) -> None:
+    # Lazy: keeps torch out of the plugin's import until a test needs it.
     import torch
 
+    # Lazy: keeps torch out of the plugin's import until a test needs it.
     from asic_backend.sim.tolerance import DYN_INT8_MIN_COSINE, DYN_INT8_REL_TOL, cosine, rel_err
+
+    # Lazy: keeps torch out of the plugin's import until a test needs it.
     from pytest_nobreak.models.build import first_tensor
-    from pytest_nobreak.session import MONITOR_KEY
 
     built = collector.model()
     compiled = torch.compile(built.module, backend=collector.backend())
@@ -538,6 +551,7 @@ def _on_dut(collector: ModelCollector, request: pytest.FixtureRequest) -> None:
 
 
 def _benchmark(collector: ModelCollector, request: pytest.FixtureRequest, benchmark: Any) -> None:
+    # Lazy: keeps torch out of the plugin's import until a test needs it.
     import torch
 
     built = collector.model()
@@ -548,7 +562,6 @@ def _benchmark(collector: ModelCollector, request: pytest.FixtureRequest, benchm
             benchmark.pedantic(compiled, args=args, kwargs=kwargs, rounds=5, warmup_rounds=1)
         request.node.stash[CALLED_KEY] = True
         return
-    from pytest_nobreak.benchmark import AsicBenchmark
 
     timer = AsicBenchmark(benchmark, request.node)
     timer.label = collector.spec.text

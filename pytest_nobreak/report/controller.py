@@ -11,7 +11,6 @@ read from the installed distributions, not from whatever this process happened t
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import os
 import shlex
 import sys
@@ -30,7 +29,10 @@ from pytest_nobreak.gate.baseline import (
     write_baseline,
 )
 from pytest_nobreak.models.items import model_notes
-from pytest_nobreak.report.json_report import TestRecord
+from pytest_nobreak.report import github
+from pytest_nobreak.report.html_report import render_html, write_html
+from pytest_nobreak.report.json_report import TestRecord, build_report, write_document
+from pytest_nobreak.report.versions import sim_version, torch_version
 from pytest_nobreak.watch.events import (
     EXPORT_FIGURES,
     OWN,
@@ -80,41 +82,6 @@ def display_path(path: os.PathLike[str] | str) -> str:
     resolved against the rootdir and would otherwise be printed in full.
     """
     return short_path(os.fspath(path)) or os.fspath(path)
-
-
-def torch_version() -> str:
-    """The installed torch release without its local build tag (``2.13.0``, not ``+cpu``).
-
-    The xdist controller runs no test and has not imported torch; importing it only to read a
-    version would cost seconds, so the distribution's metadata answers instead.
-    """
-    module = sys.modules.get("torch")
-    if module is not None:
-        raw = str(getattr(module, "__version__", "unknown"))
-    else:
-        try:
-            raw = importlib.metadata.version("torch")
-        except importlib.metadata.PackageNotFoundError:  # a source tree on sys.path
-            try:
-                import torch
-            except ImportError:
-                return "unknown"
-            raw = str(torch.__version__)
-    return raw.split("+", 1)[0]
-
-
-def sim_version() -> str | None:
-    """The bundled ASIC simulator's model version, whether or not this run used the backend.
-
-    It belongs to the installation, not to the run: if it depended on what the run imported,
-    a run whose tests stopped reaching the device would see a "version change" and turn its
-    regressions into warnings.
-    """
-    try:
-        from asic_backend import SIM_VERSION
-    except ImportError:
-        return None
-    return SIM_VERSION
 
 
 class SessionReporter:
@@ -234,12 +201,10 @@ class SessionReporter:
         return int(GATE_FAILED) if self.comparison.failed else 0
 
     def _github(self) -> int:
-        from pytest_nobreak.report.github import emit
-
         # While updating, nothing about the baseline fails or needs doing: "not in the baseline,
         # record it" would be wrong about tests this very run is recording.
         comparison = None if self.settings.update_baseline else self.comparison
-        problems = emit(
+        problems = github.emit(
             list(self.records.values()),
             comparison,
             os.environ,
@@ -259,6 +224,7 @@ class SessionReporter:
     def _host_gemm(self) -> str | None:
         if not self.settings.asic:
             return None
+        # Lazy: keeps torch out of the plugin's import until a test needs it.
         from asic_backend.sim import host_gemm
 
         return host_gemm.describe()
@@ -267,7 +233,6 @@ class SessionReporter:
     def document(self) -> dict[str, Any]:
         """This run's report document: what ``--nobreak-json`` writes and the HTML page shows
         (built once for both)."""
-        from pytest_nobreak.report.json_report import build_report
 
         return build_report(
             torch_version(),
@@ -284,7 +249,6 @@ class SessionReporter:
     def _write_json(self) -> int:
         """This run's report, replacing the file; also when no test was watched (an empty
         ``tests``), so a CI step can upload it unconditionally. The path was checked at start."""
-        from pytest_nobreak.report.json_report import write_document
 
         path = self.settings.json_path
         if path is None:
@@ -300,7 +264,6 @@ class SessionReporter:
 
     def _write_html(self) -> int:
         """The page of this run (also with no watched test). The path was checked at start."""
-        from pytest_nobreak.report.html_report import render_html, write_html
 
         path = self.settings.html_path
         if path is None:

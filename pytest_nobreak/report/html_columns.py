@@ -3,7 +3,7 @@ each watched test's breaks under its row and as a text extra.
 
 The hooks are optional (``optionalhook=True``): the plugin registers them always and imports
 nothing of pytest-html, which calls them only when it is installed and ``--html`` is given. The
-figures ride on each call report (:data:`pytest_nobreak.session.REPORT_ATTR`), so a row under
+figures ride on each call report (:data:`pytest_nobreak.keys.REPORT_ATTR`), so a row under
 xdist shows what the worker measured.
 """
 
@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from pytest_nobreak.keys import REPORT_ATTR
 from pytest_nobreak.report.json_report import TestRecord
 from pytest_nobreak.watch.render import render_event
 
@@ -40,7 +41,6 @@ EXTRA_NAME = "nobreak breaks"
 
 
 def _record(report: pytest.TestReport) -> TestRecord | None:
-    from pytest_nobreak.session import REPORT_ATTR
 
     data = getattr(report, REPORT_ATTR, None)
     return None if data is None else TestRecord.from_json(report.nodeid, data)
@@ -104,6 +104,7 @@ class HtmlColumns:
 
 def _html_extras() -> Any:
     try:
+        # Lazy: pytest-html is optional: imported when its table is drawn.
         from pytest_html import extras
     except ImportError:
         return None

@@ -33,6 +33,7 @@ from pytest_nobreak.gate.atomic import write_atomic
 from pytest_nobreak.gate.baseline import Comparison
 from pytest_nobreak.report.html_details import Row, attr, details, outcome_class, text
 from pytest_nobreak.report.json_report import ROOFS_KEY, TestRecord
+from pytest_nobreak.report.roofline import Point, Roof, render_svg
 from pytest_nobreak.watch.events import (
     CORE_FIGURES,
     EXPORT_FIGURES,
@@ -362,7 +363,6 @@ def _sync_summary(rows: Sequence[Row]) -> str:
 def _roofline(document: Mapping[str, Any], rows: Sequence[Row]) -> str:
     """The run's distinct DUT GEMMs on the ``--asic-roofline`` chart (the same drawing); each
     point's tooltip names the host syncs the DUT stalled for in the tests that ran it."""
-    from pytest_nobreak.report.roofline import Point, Roof, render_svg
 
     roofs_data = document.get(ROOFS_KEY) or {}
     points: dict[tuple[Any, ...], Point] = {}

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from asic_backend.sim.config import AsicConfig
 from pytest_nobreak.gate.atomic import write_atomic
 from pytest_nobreak.models.items import COLLECTOR_PREFIX
 from pytest_nobreak.report.json_report import MODELS_KEY, ReportError, TestRecord, read_input
@@ -232,8 +233,6 @@ def _reason_key(text: str) -> str:
 
 def _peak(device: str) -> int | None:
     try:
-        from asic_backend.sim.config import AsicConfig
-
         return AsicConfig.load(device).peak_macs_per_cycle
     except (ValueError, OSError):
         return None

@@ -127,6 +127,7 @@ class AsicCounts:
             site, macs, shape = fallback
             known = self.sites.get(site)
             if known is None:
+                # Lazy: keeps torch out of the plugin's import until a test needs it.
                 from asic_backend.sim.device import HostFallbackStats
 
                 self.sites[site] = HostFallbackStats(site=site, calls=1, macs=macs, shape=shape)

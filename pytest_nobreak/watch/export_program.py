@@ -74,6 +74,7 @@ def _declared_dims(
     """Every dimension of a top-level input tensor that ``dynamic_shapes`` declares dynamic."""
     if dynamic_shapes is None:
         return []
+    # Lazy: keeps torch out of the plugin's import until a test needs it.
     from torch.export.dynamic_shapes import _DimHint, _DimHintType, _tree_map_with_path
 
     combined = combine_args(model, args, kwargs)
@@ -137,6 +138,7 @@ def _named_autos(
     the same range, and the (input, dim) pairs that were."""
     if dynamic_shapes is None:
         return None, set()
+    # Lazy: keeps torch out of the plugin's import until a test needs it.
     from torch.export.dynamic_shapes import _DimHint, _DimHintType
 
     relaxed: set[tuple[str, int]] = set()
@@ -217,6 +219,7 @@ def _resized(torch: Any, tensor: Any, dim: int, size: int) -> Any:
 
 def _tensor_pairs(torch: Any, out: Any, ref: Any) -> list[tuple[Any, Any]]:
     """The floating-point output tensors of the DUT run and eager, in order."""
+    # Lazy: keeps torch out of the plugin's import until a test needs it.
     import torch.utils._pytree as pytree
 
     left, right = pytree.tree_leaves(out), pytree.tree_leaves(ref)
@@ -243,6 +246,7 @@ def _op_counts(program: Any) -> collections.Counter[str]:
 
 
 def _differ(torch: Any, expected: Any, actual: Any) -> str | None:
+    # Lazy: keeps torch out of the plugin's import until a test needs it.
     import torch.utils._pytree as pytree
 
     left, _ = pytree.tree_flatten(expected)

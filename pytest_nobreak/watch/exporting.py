@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -102,8 +103,10 @@ def export_check(
     ``TypeError``; ``dynamic_shapes`` that do not fit the inputs raise the ``UserError`` of
     ``torch.export`` with its own message (nothing was exported).
     """
+    # Lazy: keeps torch out of the plugin's import until a test needs it.
     import torch
 
+    # Lazy: keeps torch out of the plugin's import until a test needs it.
     from pytest_nobreak.watch import dynamo
 
     dynamo.check_torch()
@@ -153,7 +156,6 @@ class _Checker:
         first_party: Sequence[str],
         caller: list[Frame],
     ) -> None:
-        import os
 
         self.torch = torch
         self.model = model
@@ -170,6 +172,7 @@ class _Checker:
     def run(self, modes: Sequence[str], *, draft: bool) -> ExportReport:
         report = self.report
         report.exports = 1
+        # Lazy: keeps torch out of the plugin's import until a test needs it.
         from pytest_nobreak.watch import dynamo
 
         with _quiet(), dynamo.untapped():
@@ -223,6 +226,7 @@ class _Checker:
             self.report.add(dataclasses.replace(event, detail=" and ".join(modes)))
 
     def _error_event(self, exc: BaseException) -> BreakEvent:
+        # Lazy: keeps torch out of the plugin's import until a test needs it.
         from pytest_nobreak.watch import dynamo as tc
 
         text = str(exc)
@@ -344,6 +348,7 @@ class _Checker:
         """Every host sync an exported program holds (``.item()``, a boolean mask, ``nonzero``):
         the device that runs the program stops there for the host. One entry per op and line,
         naming the modes."""
+        # Lazy: keeps torch out of the plugin's import until a test needs it.
         from asic_backend.lower.host_syncs import find_host_syncs
 
         found: dict[tuple[object, ...], tuple[BreakEvent, list[str]]] = {}
@@ -438,7 +443,10 @@ class _Checker:
         dimension, on one more size of each; compare with eager. Watched by a monitor of its
         own, whose host fallbacks and DUT figures join the report (its host syncs are the
         ``export_sync`` entries already)."""
+        # Lazy: keeps torch out of the plugin's import until a test needs it.
         from asic_backend.lower.exported import lower_exported
+
+        # Lazy: keeps torch out of the plugin's import until a test needs it.
         from asic_backend.sim.tolerance import (
             DYN_INT8_MIN_COSINE,
             DYN_INT8_REL_TOL,
@@ -453,6 +461,7 @@ class _Checker:
         second = self._second_inputs(report.program)
         if second is not None:
             runs.append(second)
+        # Lazy: keeps torch out of the plugin's import until a test needs it.
         from pytest_nobreak.watch import dynamo
 
         monitor = Monitor(reset=False, root=self.root, first_party=self.first_party)

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from asic_backend.notices import host_fallbacks_reported
 from pytest_nobreak.watch.compile_report import CompileReport
 from pytest_nobreak.watch.events import (
     FRAME_SKIP_REASON,
@@ -115,6 +116,7 @@ class Monitor:
         return self._reports
 
     def start(self) -> CompileReport:
+        # Lazy: keeps torch out of the plugin's import until a test needs it.
         from pytest_nobreak.watch import dynamo
 
         dynamo.check_torch()
@@ -134,7 +136,6 @@ class Monitor:
         if self._reports:
             # Last, so nothing after it can fail and leave it entered. The module is torch-free,
             # but it is imported here, not at the top: plugin.py imports this module.
-            from asic_backend.notices import host_fallbacks_reported
 
             self._notices = host_fallbacks_reported()
             self._notices.__enter__()
@@ -148,6 +149,7 @@ class Monitor:
         self._exit_notices()
         if self._cm is None:
             return self.report
+        # Lazy: keeps torch out of the plugin's import until a test needs it.
         from pytest_nobreak.watch import dynamo
 
         self._cm.__exit__(None, None, None)
@@ -171,6 +173,7 @@ class Monitor:
         if self._cm is None:
             yield
             return
+        # Lazy: keeps torch out of the plugin's import until a test needs it.
         from pytest_nobreak.watch import dynamo
 
         with dynamo.untapped(), self.report._asic.paused():
@@ -234,6 +237,7 @@ class Monitor:
         return "graph_break"
 
     def _break_event(self, raw: tc.RawGraphBreak, stack: Sequence[Frame]) -> BreakEvent:
+        # Lazy: keeps torch out of the plugin's import until a test needs it.
         from pytest_nobreak.watch import dynamo as tc
 
         chain = tc.parse_chain(raw.msg)
@@ -285,6 +289,7 @@ class Monitor:
 
     def on_compile_error(self, raw: tc.RawCompileError) -> None:
         """An error Dynamo raised to the caller: nothing of the region ran, eagerly or not."""
+        # Lazy: keeps torch out of the plugin's import until a test needs it.
         from pytest_nobreak.watch import dynamo as tc
 
         with self._lock:
@@ -531,6 +536,7 @@ def chained_event(
 ) -> BreakEvent:
     """The event of a break and the breaks it caused (``chain``, root cause first): about the
     root cause, which is what the user fixes; the kind is what the last one made Dynamo do."""
+    # Lazy: keeps torch out of the plugin's import until a test needs it.
     from pytest_nobreak.watch import dynamo as tc
 
     root = chain[0]

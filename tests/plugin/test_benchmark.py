@@ -17,7 +17,7 @@ from asic_backend import SIM_VERSION
 from asic_backend.sim.config import AsicConfig
 from asic_backend.sim.cycles import ACC_BYTES, GemmCost, gemm_cost
 from pytest_nobreak.benchmark import INSTALL_HINT
-from pytest_nobreak.report.controller import torch_version
+from pytest_nobreak.report.versions import torch_version
 
 pytest.importorskip("pytest_benchmark")
 

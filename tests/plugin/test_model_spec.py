@@ -650,9 +650,9 @@ README_RUN = re.compile(
 
 
 def test_the_readme_example_prints_what_the_readme_shows() -> None:
-    from tests.test_readme import README, ROOT, _environment, _pytest, shown_slice
+    from tests.test_readme import ROOT, TEXT, _environment, _pytest, shown_slice
 
-    (example,) = README_RUN.finditer(README)
+    (example,) = README_RUN.finditer(TEXT)
     command = shlex.split(example["command"])
     assert command[0] == "pytest"
     proc = subprocess.run(

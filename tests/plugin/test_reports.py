@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nobreak.report.controller import sim_version
+from pytest_nobreak.report.versions import sim_version
 from pytest_nobreak.watch.fixes import fix_for
 from tests.plugin.conftest import Models, without_html_details
 

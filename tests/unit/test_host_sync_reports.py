@@ -454,7 +454,7 @@ def test_a_baseline_entry_from_before_host_syncs_still_counts_as_known() -> None
 
 
 def test_pytest_html_has_a_host_syncs_column_empty_where_not_measured() -> None:
-    from pytest_nobreak.session import REPORT_ATTR
+    from pytest_nobreak.keys import REPORT_ATTR
 
     columns = HtmlColumns(SimpleNamespace())  # type: ignore[arg-type]
     header: list[str] = []

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -487,3 +489,23 @@ def test_an_unmarked_tests_handled_compile_error_is_not_a_reported_break() -> No
     assert [name for name, _ in junit_properties(unmarked)].count("nobreak_break") == 1
     marked = dataclasses.replace(unmarked, marked=True)
     assert marked.reported_breaks == (rejected, SEED_BREAK)
+
+
+@pytest.mark.parametrize(
+    "module", ["pytest_nobreak.report.json_report", "pytest_nobreak.json_report"]
+)
+def test_merge_runs_as_a_module_at_its_path_and_at_its_old_one(tmp_path: Path, module: str) -> None:
+    """The README's ``python -m pytest_nobreak.report.json_report merge``, and the path CI
+    scripts wrote before the layout (``pytest_nobreak.json_report``), merge alike."""
+    write_report(tmp_path / "a.json", "2.13.0", "asic", "default", [CLEAN])
+    write_report(tmp_path / "b.json", "2.13.0", "asic", "default", [BROKEN])
+    command = [sys.executable, "-m", module, "merge", "all.json", "a.json", "b.json"]
+    proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        0,
+        "merged 2 reports (2 tests) into all.json\n",
+        "",
+    )
+    assert sorted(json.loads((tmp_path / "all.json").read_text())["tests"]) == sorted(
+        [CLEAN.nodeid, BROKEN.nodeid]
+    )

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch._dynamo.convert_frame as _convert_frame
 import torch._dynamo.utils as _dynamo_utils
+from torch._dynamo.symbolic_convert import InstructionTranslatorBase
 
 from pytest_nobreak.watch.dynamo.records import (
     FrameRecord,
@@ -39,7 +40,6 @@ from pytest_nobreak.watch.sites import Frame
 
 def _install_log_tap() -> None:
     """Tap ``log_graph_break``: every handled graph break and frame skip, with its stack."""
-    from torch._dynamo.symbolic_convert import InstructionTranslatorBase
 
     original_log = InstructionTranslatorBase.log_graph_break
 

@@ -11,7 +11,9 @@ from typing import Any
 
 import torch._dynamo.output_graph as _output_graph
 from torch._functorch import config as _functorch_config
+from torch.fx._lazy_graph_module import _LazyGraphModule
 
+from asic_backend.lower.host_syncs import find_host_syncs
 from pytest_nobreak.watch.dynamo.records import (
     FrameRecord,
     RawGraph,
@@ -41,7 +43,6 @@ def _install_compiler_tap() -> None:
     earlier test did, or it was compiled before any test. The wrapper is installed whether a
     sink listens or not, for that reason.
     """
-    from asic_backend.lower.host_syncs import find_host_syncs
 
     original = _output_graph.OutputGraph.call_user_compiler
 
@@ -144,7 +145,6 @@ def _real_forward(compiled: Any) -> Any:
     """What Dynamo itself would call for a lazily recompiled graph module (``eager``'s
     ``gm.forward``): its real ``forward``, made now. Wrapped, Dynamo's own check for one no
     longer sees it, and each call would go through ``nn.Module.__call__`` instead."""
-    from torch.fx._lazy_graph_module import _LazyGraphModule
 
     owner = getattr(compiled, "__self__", None)
     if isinstance(owner, _LazyGraphModule) and getattr(compiled, "__name__", "") == "_lazy_forward":
@@ -158,6 +158,7 @@ def _real_forward(compiled: Any) -> Any:
 def _install_aot_tap(find_host_syncs: Any) -> None:
     """Read the syncs of the graph AOTAutograd compiles, after the pass that may remove some."""
     try:
+        # Lazy: feature-detected: an older torch lays AOTAutograd out otherwise.
         from torch._functorch._aot_autograd import graph_compile
     except ImportError:  # an older layout: the Dynamo graph's syncs stand
         return

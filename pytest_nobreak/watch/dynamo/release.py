@@ -60,6 +60,7 @@ def check_torch() -> None:
             f"pytest-nobreak needs torch{SUPPORTED}; this is torch {torch.__version__}. "
             "Upgrade torch or run with -p no:nobreak."
         )
+    # Lazy: after the version check: an older torch may not have it.
     from torch._dynamo.symbolic_convert import InstructionTranslatorBase
 
     required: dict[str, object] = {
