@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from _pytest import pytester as _pytester
@@ -38,16 +40,28 @@ def _init(
 _pytester.SysModulesSnapshot.__init__ = _init  # type: ignore[method-assign]
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+#: The MAC accounting check in every inner pytest run (tests/mac_check.py), found on the
+#: repository's path.
+MAC_CHECK = "-p tests.mac_check"
 #: Plugins of this environment that no inner pytest run needs: hypothesis's takes 1.5 s to import
 #: in every pytest process on a 2-core AVX2 host (anyio's 0.5 s), and the suite starts some 80.
 #: The README's runs keep the user's whole set (tests/test_readme.py builds their environment).
-INNER_ADDOPTS = "-p no:hypothesispytest -p no:anyio"
+INNER_ADDOPTS = f"-p no:hypothesispytest -p no:anyio {MAC_CHECK}"
+
+
+def inner_pythonpath() -> str:
+    """``PYTHONPATH`` for an inner run: the repository first, so ``tests.mac_check`` imports."""
+    return os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _lean_subprocess_runs() -> Iterator[None]:
-    """Inner runs started with ``subprocess`` (module fixtures included) skip those plugins."""
+    """Inner runs started with ``subprocess`` (module fixtures included) skip those plugins and
+    check the MAC accounting."""
     with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", inner_pythonpath())
         patch.setenv("PYTEST_ADDOPTS", INNER_ADDOPTS)
         yield
 
@@ -112,8 +126,6 @@ def unexpected_skips(skipped: list[tuple[str, str]]) -> list[tuple[str, str]]:
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    import os
-
     if not os.environ.get("CI") or hasattr(session.config, "workerinput"):
         return
     unexpected = unexpected_skips(_skipped)

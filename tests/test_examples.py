@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.mac_check import LOG
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_example_suite_runs_green_and_shows_the_caught_breaks() -> None:
+def test_example_suite_runs_green_and_shows_the_caught_breaks(tmp_path: Path) -> None:
+    mac_log = tmp_path / "macs.log"
     proc = subprocess.run(
         [
             sys.executable,
@@ -22,6 +27,7 @@ def test_example_suite_runs_green_and_shows_the_caught_breaks() -> None:
             "no:cacheprovider",
         ],
         cwd=ROOT,
+        env={**os.environ, LOG: str(mac_log)},
         capture_output=True,
         text=True,
         timeout=600,
@@ -44,3 +50,8 @@ def test_example_suite_runs_green_and_shows_the_caught_breaks() -> None:
     assert rows["examples/test_cnn_on_dut.py::test_forgotten_no_grad_is_caught"][7] == "0%"
     assert "host fallback (ran on the host, not the DUT) at examples/models.py:" in out
     assert ": conv2d (x3 calls, 106,496 host MACs)" in out
+    # The suite-wide MAC accounting check (tests/mac_check.py) ran in that process, on every
+    # call of the examples' asic graphs, and found them all accounted for.
+    ((graphs, calls),) = re.findall(r"graphs=(\d+) calls=(\d+)", mac_log.read_text())
+    assert int(graphs) > 0
+    assert int(calls) > 0

@@ -28,6 +28,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import MAC_CHECK, inner_pythonpath
+from tests.mac_check import LOG
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # the backport asic_backend depends on there
@@ -166,14 +169,19 @@ def test_shown_slice_matches_lines_in_order_with_gaps() -> None:
     assert not shown_slice(["== 2 passed in 1.0s =="], output)
 
 
-def _environment() -> dict[str, str]:
-    """The user's shell: no settings of the outer test run, an 80-column terminal, no color."""
+def _environment(mac_log: Path | None = None) -> dict[str, str]:
+    """The user's shell: no settings of the outer test run, an 80-column terminal, no color;
+    and the suite's MAC accounting check (tests/mac_check.py), which prints nothing, logging
+    to ``mac_log``."""
     env = {
         name: value
         for name, value in os.environ.items()
         if not name.startswith(("PYTEST_", "GITHUB_")) and name not in ("CI", "COLUMNS")
     }
-    return {**env, "COLUMNS": "80", "PY_COLORS": "0"}
+    check = {"PYTEST_ADDOPTS": MAC_CHECK, "PYTHONPATH": inner_pythonpath()}
+    if mac_log is not None:
+        check[LOG] = str(mac_log)
+    return {**env, **check, "COLUMNS": "80", "PY_COLORS": "0"}
 
 
 def _pytest() -> list[str]:
@@ -185,11 +193,12 @@ def _pytest() -> list[str]:
 def test_readme_run_prints_what_the_readme_shows(project: Project, tmp_path: Path) -> None:
     for path, text in project.files.items():
         (tmp_path / path).write_text(text, encoding="utf-8")
+    mac_log = tmp_path.parent / f"{tmp_path.name}.macs"
     for number, command in enumerate(project.commands, start=1):
         proc = subprocess.run(
             [*_pytest(), *command[1:]],
             cwd=tmp_path,
-            env=_environment(),
+            env=_environment(mac_log),
             capture_output=True,
             text=True,
             timeout=600,
@@ -205,6 +214,8 @@ def test_readme_run_prints_what_the_readme_shows(project: Project, tmp_path: Pat
         diff = difflib.unified_diff(project.shown, real, "README", "real run", lineterm="")
         message = f"the pages' [{project.name}] example drifted:\n" + "\n".join(diff)
         pytest.fail(message, pytrace=False)
+    # The accounting check ran in each command (and found nothing, or the run had failed).
+    assert len(mac_log.read_text().splitlines()) >= len(project.commands)
 
 
 def test_readme_example_files_are_the_repository_files() -> None:

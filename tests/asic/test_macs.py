@@ -4,6 +4,7 @@ a naive implementation does where it has none (FlopCounterMode then counts them 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,6 +26,7 @@ from asic_backend.sim.macs import (
     macs,
     shape_text,
 )
+from tests.accounting import REFERENCE_FORMULAS
 
 aten = torch.ops.aten
 
@@ -52,9 +54,12 @@ class MacContract(TorchDispatchMode):
         return out
 
 
-def flops(fn: Callable[[], Any], extras: bool = False) -> tuple[int, dict[str, int]]:
-    """FlopCounterMode's total for one call, and its per-op counts."""
-    mapping = flop_counter_extras() if extras else None
+def flops(
+    fn: Callable[[], Any], extras: bool = False, reference: bool = False
+) -> tuple[int, dict[str, int]]:
+    """FlopCounterMode's total for one call, and its per-op counts: with the backend's
+    ``extras``, or the suite-wide check's own ``reference`` formulas (tests/accounting.py)."""
+    mapping = REFERENCE_FORMULAS if reference else flop_counter_extras() if extras else None
     with FlopCounterMode(display=False, custom_mapping=mapping) as counter:
         fn()
     counts = counter.get_flop_counts().get("Global", {})
@@ -311,6 +316,7 @@ def test_extras_count_ops_flop_counter_misses(
     total, counts = flops(fn, extras=True)
     assert total == 2 * expected
     assert counts == {packet: 2 * expected}
+    assert flops(fn, reference=True) == (2 * expected, {packet: 2 * expected})
     assert flops(fn)[0] == 0  # why the extras exist (a newer torch may add formulas: then drop)
     with MacContract() as mode:
         fn()
@@ -318,7 +324,10 @@ def test_extras_count_ops_flop_counter_misses(
 
 
 def sdpa_macs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> int:
-    return macs("sdpa", [q.shape, k.shape, v.shape])
+    """By hand, not with the table under test: QKᵀ and PV for every query head (GQA's key and
+    value heads are shared, their work is not)."""
+    *batch, length, e = q.shape
+    return math.prod(batch) * length * k.shape[-2] * (e + v.shape[-1])
 
 
 FLASH_CPU = "aten._scaled_dot_product_flash_attention_for_cpu"
@@ -377,6 +386,7 @@ def test_sdpa_default_cpu_path_counted_by_extras(
     # No backend forced: the CPU flash kernel where it applies (invisible to FlopCounterMode
     # without the extras), else the math path.
     assert flops(fn, extras=True) == (2 * expected, {cpu_kernel: 2 * expected})
+    assert flops(fn, reference=True) == (2 * expected, {cpu_kernel: 2 * expected})
 
 
 @pytest.fixture
@@ -405,8 +415,11 @@ def test_encoder_layer_fast_path_equals_its_slow_path(
         fastpath(False)
         with sdpa_kernel(SDPBackend.MATH):
             slow_total, _ = flops(lambda: layer(x))
+        fastpath(True)
+        reference = flops(lambda: layer(x), reference=True)
     assert fast_counts == {"aten._transformer_encoder_layer_fwd": 2 * expected}  # it was fast
     assert fast_total == slow_total == 2 * expected
+    assert reference == (fast_total, fast_counts)
 
 
 @pytest.mark.parametrize("need_weights", [False, True])
@@ -424,8 +437,11 @@ def test_multi_head_attention_fast_path_equals_its_slow_path(
         fastpath(False)
         with sdpa_kernel(SDPBackend.MATH):
             slow_total, _ = flops(lambda: mha(x, x, x, need_weights=need_weights))
+        fastpath(True)
+        reference = flops(lambda: mha(x, x, x, need_weights=need_weights), reference=True)
     assert fast_counts == {"aten._native_multi_head_attention": 2 * expected}
     assert fast_total == slow_total == 2 * expected
+    assert reference == (fast_total, fast_counts)
 
 
 def test_native_mha_formula_with_a_longer_key() -> None:
@@ -433,6 +449,15 @@ def test_native_mha_formula_with_a_longer_key() -> None:
     assert macs("native_mha", [(2, 3, 8), (2, 5, 8)]) == (
         6 * 64 + 2 * 10 * 64 + 2 * 6 * 5 * 8 + 6 * 64
     )
+
+
+def test_the_reference_formulas_cover_every_op_the_extras_count() -> None:
+    """The suite-wide check counts each op FlopCounterMode lacks with a formula of its own: a
+    new ``MAC_OPS`` entry without one fails here, not silently in the check."""
+    aten_ops = {
+        packet for packet in REFERENCE_FORMULAS if packet._qualified_op_name.startswith("aten")
+    }
+    assert aten_ops == set(flop_counter_extras())
 
 
 # -- the table and its helpers ----------------------------------------------------------------

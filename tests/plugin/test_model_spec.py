@@ -8,6 +8,7 @@ without ``--asic-backend``), so each run costs about a second after the imports.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -17,6 +18,7 @@ import torch
 
 from pytest_nobreak.models.hf import hf_inputs
 from pytest_nobreak.models.spec import InputSpec, SpecError, parse_inputs, parse_spec
+from tests.conftest import inner_pythonpath
 
 QUIET = ("-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning")
 
@@ -596,7 +598,7 @@ def test_hf_models_without_transformers_are_a_usage_error(
     blocker = pytester.mkdir("no_transformers") / "transformers"
     blocker.mkdir()
     (blocker / "__init__.py").write_text("raise ImportError('not installed here')\n")
-    monkeypatch.setenv("PYTHONPATH", str(blocker.parent))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(blocker.parent), inner_pythonpath()]))
     result = pytester.runpytest_subprocess(*QUIET, "--nobreak-model", "hf:llama", "--co")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(

@@ -1,0 +1,24 @@
+"""The benchmarks' closing table (benchmarks/conftest.py) marks a ratio below its floor."""
+
+from __future__ import annotations
+
+from benchmarks.conftest import BELOW_FLOOR, FLOOR_NOTE, Row, over_gemm, ratio_table
+
+
+def _row(dut: float) -> Row:
+    return Row(interleaved={"fp32": 4.0, "gemm@int_mm": 2.0, "dut@int_mm": dut})
+
+
+def test_a_dut_path_faster_than_its_own_gemm_is_marked_not_reported_as_a_win() -> None:
+    table = ratio_table({"decode": _row(1.5), "prefill": _row(3.0)})
+    cells = [line.split(" | ") for line in table[2:4]]
+    assert [c[6] for c in cells] == [f"0.75{BELOW_FLOOR}", "1.50"]
+    assert table[-2:] == ["", FLOOR_NOTE]
+    assert "not a win" in FLOOR_NOTE
+
+
+def test_a_table_with_every_ratio_at_or_above_its_floor_has_no_note() -> None:
+    table = ratio_table({"decode": _row(2.0)})
+    assert FLOOR_NOTE not in table
+    assert over_gemm(1.0) == "1.00"
+    assert over_gemm(0.999) == f"1.00{BELOW_FLOOR}"  # below, though it rounds to 1.00
