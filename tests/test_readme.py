@@ -127,7 +127,7 @@ def test_the_readme_has_runnable_examples() -> None:
 def test_readme_example_prints_what_the_readme_shows(name: str, code: str, expected: str) -> None:
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     proc = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", _CHECKED, code],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -137,6 +137,18 @@ def test_readme_example_prints_what_the_readme_shows(name: str, code: str, expec
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout == expected
+    assert re.search(r"^mac check: graphs=\d+ calls=\d+$", proc.stderr, flags=re.MULTILINE)
+
+
+#: Runs a README snippet (``sys.argv[1]``) as ``python -c`` would, under the suite's MAC
+#: accounting check (tests/accounting.py), and says on stderr what it checked.
+_CHECKED = """
+import sys
+from tests.accounting import checking_every_graph
+with checking_every_graph() as checked:
+    exec(compile(sys.argv[1], "<string>", "exec"), {"__name__": "__main__"})
+print(f"mac check: graphs={checked.graphs} calls={checked.calls}", file=sys.stderr)
+"""
 
 
 # Separator lines take the terminal's width whatever their text, and the last one names the
