@@ -111,8 +111,11 @@ FLOOR_NOTE = (
 
 
 def over_gemm(ratio: float) -> str:
-    """A DUT/GEMM ratio, marked :data:`BELOW_FLOOR` when under its floor of 1.0."""
-    return f"{ratio:.2f}{BELOW_FLOOR if ratio < 1.0 else ''}"
+    """A DUT/GEMM ratio, marked :data:`BELOW_FLOOR` when under its floor of 1.0 (with a third
+    decimal where two would round it up to the floor: ``0.996†``, not ``1.00†``)."""
+    if ratio >= 1.0:
+        return f"{ratio:.2f}"
+    return f"{ratio:.3f}{BELOW_FLOOR}" if f"{ratio:.2f}" == "1.00" else f"{ratio:.2f}{BELOW_FLOOR}"
 
 
 def ratio_table(rows: dict[str, Row]) -> list[str]:

@@ -40,6 +40,9 @@ def _init(
 _pytester.SysModulesSnapshot.__init__ = _init  # type: ignore[method-assign]
 
 
+#: The pages' hidden example projects (tests/test_readme.py copies them out), not our tests.
+collect_ignore = ["readme_projects"]
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: The MAC accounting check in every inner pytest run (tests/mac_check.py), found on the

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.mac_check import LOG
+from tests.test_readme import README, shown_slice
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,3 +59,12 @@ def test_example_suite_runs_green_and_shows_the_caught_breaks(tmp_path: Path) ->
     ((graphs, calls),) = re.findall(r"graphs=(\d+) calls=(\d+)", mac_log.read_text())
     assert int(graphs) > 0
     assert int(calls) > 0
+    # And the README's pasted run is this one, line for line (durations aside).
+    (block,) = re.findall(r"<!-- main-command-output -->\n```\n(.*?)```", README, re.DOTALL)
+    shown = block.splitlines()
+    if not shown_slice(shown, out.splitlines()):
+        start = next((i for i, line in enumerate(out.splitlines()) if line == shown[0]), 0)
+        diff = difflib.unified_diff(
+            shown, out.splitlines()[start:], "README", "real run", lineterm=""
+        )
+        pytest.fail("the README's example-suite run drifted:\n" + "\n".join(diff), pytrace=False)

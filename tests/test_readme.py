@@ -5,12 +5,17 @@ Three kinds of marked blocks:
 - ``<!-- readme-test: NAME -->`` marks a ```python block; the ```text block right after it is
   that code's output, verbatim. Each runs in a fresh interpreter from the repository root.
 - ``<!-- readme-file: NAME -->`` marks a ```python block whose first line is ``# FILE``: a file
-  of the example project NAME. ``<!-- readme-run: NAME [exit=N] -->`` marks a ```console block:
-  ``$ pytest ...`` commands, then the output of the last one. The files are written as shown
-  (first line included, so the line numbers are the reader's) to an empty directory, the
-  commands run there in order, as a user would type them (all but the last must succeed, the
-  last exits N, default 0), and the shown output must be a contiguous slice of the real one:
-  a ``...`` line stands for any lines, and durations may differ.
+  of the example project NAME. ``<!-- readme-run: NAME [exit=N] [project=DIR] -->`` marks a
+  ```console block: ``$ pytest ...`` (or ``$ python ...``) commands, each followed by the
+  output it shows (none for a command whose output the page leaves out). The files are
+  written as shown (first line included, so the line numbers are the reader's) to an empty
+  directory, with ``project=DIR`` first the files of ``tests/readme_projects/DIR`` (what the
+  page does not show: the suite a baseline or a merge came from) and its script ``NAME.sh``
+  run there (the earlier runs and edits the page tells of, not shown); the commands then run
+  in order, as a user would type them (all but the last must succeed, the last exits N,
+  default 0; ``exit=N1,N2,...`` gives each command's status), and each shown output must be
+  a contiguous slice of the real one: a ``...`` line stands for any lines, and durations may
+  differ.
 - ``<!-- readme-example: PATH -->`` marks a block that is the repository file PATH, verbatim.
 """
 
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import os
 import re
 import shlex
@@ -58,9 +64,12 @@ _FILE = re.compile(
     re.DOTALL,
 )
 _RUN = re.compile(
-    r"<!-- readme-run: (?P<name>[\w-]+)(?: exit=(?P<exit>\d+))? -->\n```console\n(?P<body>.*?)```",
+    r"<!-- readme-run: (?P<name>[\w-]+)(?: exit=(?P<exit>\d+(?:,\d+)*))?"
+    r"(?: project=(?P<project>[\w-]+))? -->\n```console\n(?P<body>.*?)```",
     re.DOTALL,
 )
+#: The files of the pages' example projects that the pages do not show (see the docstring).
+HIDDEN = ROOT / "tests" / "readme_projects"
 _EXAMPLE = re.compile(
     r"<!-- readme-example: (?P<path>\S+) -->\n```\w*\n(?P<text>.*?)```", re.DOTALL
 )
@@ -71,14 +80,48 @@ def _pairs() -> list[tuple[str, str, str]]:
 
 
 @dataclasses.dataclass(frozen=True)
+class Command:
+    """One ``$`` line of a run's block, and the output the page shows under it."""
+
+    argv: list[str]
+    shown: list[str]
+
+
+@dataclasses.dataclass(frozen=True)
 class Project:
-    """An example project of the README: its files, its commands and the last one's output."""
+    """An example project of the pages: its files, its commands and their shown output."""
 
     name: str
     files: dict[str, str]
-    commands: list[list[str]]
-    shown: list[str]
-    exit: int
+    commands: list[Command]
+    #: Each command's exit status.
+    exits: list[int]
+    #: ``tests/readme_projects/DIR``: files the page does not show, and the project's setup.
+    hidden: Path | None = None
+
+    @property
+    def shown(self) -> list[str]:
+        """The last command's shown output."""
+        return self.commands[-1].shown
+
+
+def _commands(body: str) -> list[Command]:
+    commands: list[Command] = []
+    for line in body.splitlines():
+        if line.startswith("$ "):
+            commands.append(Command(shlex.split(line[2:], comments=True), []))
+        else:
+            assert commands, f"output before the first command: {line!r}"
+            commands[-1].shown.append(line)
+    return commands
+
+
+def _exits(given: str | None, commands: int) -> list[int]:
+    codes = [int(code) for code in (given or "0").split(",")]
+    if len(codes) == 1:
+        return [0] * (commands - 1) + codes
+    assert len(codes) == commands, f"exit={given} for {commands} commands"
+    return codes
 
 
 def _projects() -> list[Project]:
@@ -87,15 +130,16 @@ def _projects() -> list[Project]:
         files.setdefault(m["name"], {})[m["path"]] = m["code"]
     projects = []
     for m in _RUN.finditer(TEXT):
-        lines = m["body"].splitlines()
-        commands = [shlex.split(line[2:], comments=True) for line in lines if line[:2] == "$ "]
+        hidden = HIDDEN / m["project"] if m["project"] else None
+        commands = _commands(m["body"])
+        assert hidden is None or hidden.is_dir(), f"[{m['name']}]: no {hidden}"
         projects.append(
             Project(
                 name=m["name"],
                 files=files.pop(m["name"], {}),
                 commands=commands,
-                shown=lines[len(commands) :],
-                exit=int(m["exit"] or 0),
+                exits=_exits(m["exit"], len(commands)),
+                hidden=hidden,
             )
         )
     assert not files, f"readme-file blocks without a readme-run block: {sorted(files)}"
@@ -109,7 +153,22 @@ def test_the_readme_has_runnable_examples() -> None:
         "weight-buffers",
     ]
     projects = {p.name: p for p in _projects()}
-    assert sorted(projects) == ["decode", "export", "quickstart", "scope", "syncs"]
+    assert sorted(projects) == [
+        "ci-broken",
+        "ci-json",
+        "ci-missing",
+        "ci-ratchet",
+        "ci-regression",
+        "ci-update",
+        "ci-upgrade",
+        "decode",
+        "export",
+        "merge-json",
+        "merge-shards",
+        "quickstart",
+        "scope",
+        "syncs",
+    ]
     assert sorted(projects["export"].files) == ["encoder.py", "test_encoder.py"]
     assert sorted(projects["syncs"].files) == ["model.py", "test_model.py"]
     assert sorted(projects["quickstart"].files) == ["model.py", "test_model.py"]
@@ -117,10 +176,56 @@ def test_the_readme_has_runnable_examples() -> None:
     assert sorted(projects["scope"].files) == ["test_translator.py", "translator.py"]
     for project in projects.values():
         assert project.commands, project.name
-        assert all(command[0] == "pytest" for command in project.commands), project.name
+        assert all(command.argv[0] in _PROGRAMS for command in project.commands), project.name
         # The block starts right at the commands: their output follows without a gap.
         assert project.shown, project.name
         assert project.shown[0].strip(), project.name
+
+
+#: The markers under which a ```console block is a run some test makes and compares: the
+#: projects here, the ``--nobreak-model`` runs (tests/plugin/test_model_spec.py).
+_RUN_MARKERS = ("<!-- readme-run: ", "<!-- nobreak-model-run: ")
+
+
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_every_console_block_is_a_run_the_tests_compare(page: str) -> None:
+    """A ```console block shows commands and their output: each is run, or it could drift.
+    (Commands alone, with nothing to compare, are ```bash blocks.)"""
+    lines = PAGES[page].splitlines()
+    unchecked = [
+        number + 1
+        for number, line in enumerate(lines)
+        if line == "```console" and not (number and lines[number - 1].startswith(_RUN_MARKERS))
+    ]
+    assert not unchecked, f"{page}: ```console blocks no test runs, at lines {unchecked}"
+
+
+def unquoted_ratios(page: str) -> list[str]:
+    """The ratios (``1.08x``) of ``page``'s prose that neither of the two ```text blocks above
+    them shows (to the prose's decimals): figures quoted from a run the page does not show."""
+    parts = re.split(r"(```text\n.*?```)", page, flags=re.DOTALL)
+    blocks: list[list[float]] = []
+    missing = []
+    for part in parts:
+        if part.startswith("```text"):
+            blocks.append([float(x) for x in re.findall(r"(?<![\w.])\d+\.\d+", part)])
+            continue
+        cells = [cell for block in blocks[-2:] for cell in block]
+        for ratio in re.findall(r"(?<![\w.])(\d+\.(\d+))x\b", part):
+            value, decimals = float(ratio[0]), len(ratio[1])
+            if not any(round(cell, decimals) == value for cell in cells):
+                missing.append(f"{ratio[0]}x")
+    return missing
+
+
+def test_unquoted_ratios_are_found() -> None:
+    page = "a\n```text\nx = 1.234\ny = 0.5\n```\nit takes 1.23x, 0.50x and 2.00x\n"
+    assert unquoted_ratios(page) == ["2.00x"]
+    assert unquoted_ratios("no block: 1.5x") == ["1.5x"]
+
+
+def test_the_benchmark_prose_quotes_the_ratios_its_runs_show() -> None:
+    assert unquoted_ratios(PAGES["docs/benchmarks.md"]) == []
 
 
 @pytest.mark.parametrize(("name", "code", "expected"), _pairs(), ids=[p[0] for p in _pairs()])
@@ -201,33 +306,109 @@ def _pytest() -> list[str]:
     return [script] if script else [sys.executable, "-m", "pytest"]
 
 
+_JSON = re.compile(
+    r"<!-- readme-json: (?P<name>[\w-]+) project=(?P<project>[\w-]+) file=(?P<file>\S+) -->\n"
+    r"```json\n(?P<text>.*?)```",
+    re.DOTALL,
+)
+
+
+def _json_samples() -> list[re.Match[str]]:
+    return list(_JSON.finditer(TEXT))
+
+
+def test_the_pages_json_samples_are_found() -> None:
+    assert [m["name"] for m in _json_samples()] == ["ci-record"]
+
+
+@pytest.mark.parametrize("sample", _json_samples(), ids=lambda m: m["name"])
+def test_a_json_sample_is_the_file_a_real_run_writes(sample: re.Match[str], tmp_path: Path) -> None:
+    """``<!-- readme-json: NAME project=DIR file=PATH -->`` marks a ```json block: the file
+    PATH as ``tests/readme_projects/DIR/NAME.sh`` leaves it, its ``tests`` cut to some."""
+    hidden = HIDDEN / sample["project"]
+    shutil.copytree(hidden, tmp_path, dirs_exist_ok=True, ignore=_scripts)
+    env = _environment()
+    path = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", str(hidden / f"{sample['name']}.sh")],
+        cwd=tmp_path,
+        env={**env, "PATH": path},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    written = json.loads((tmp_path / sample["file"]).read_text(encoding="utf-8"))
+    shown = json.loads(sample["text"])
+    assert shown["tests"], "the sample shows no test"
+    written["tests"] = {name: written["tests"].get(name) for name in shown["tests"]}
+    assert shown == written
+    # As the file is written: sorted, two-space indented.
+    assert sample["text"] == json.dumps(shown, indent=2, sort_keys=True) + "\n"
+
+
+#: What a page's ``$`` line may start with, and what runs it here.
+_PROGRAMS = {"pytest": _pytest, "python": lambda: [sys.executable]}
+
+
 @pytest.mark.parametrize("project", _projects(), ids=lambda p: p.name)
 def test_readme_run_prints_what_the_readme_shows(project: Project, tmp_path: Path) -> None:
+    mac_log = tmp_path.parent / f"{tmp_path.name}.macs"
+    env = _environment(mac_log)
+    if project.hidden is not None:
+        shutil.copytree(project.hidden, tmp_path, dirs_exist_ok=True, ignore=_scripts)
+        setup = project.hidden / f"{project.name}.sh"
+        if setup.exists():
+            # `pytest` and `python` there are this environment's, as in the shown commands.
+            path = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
+            proc = subprocess.run(
+                ["bash", "-euo", "pipefail", str(setup)],
+                cwd=tmp_path,
+                env={**env, "PATH": path},
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+            )
+            assert proc.returncode == 0, (
+                f"{setup.name}:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}"
+            )
+            mac_log.unlink(missing_ok=True)  # the shown commands' checks are counted below
     for path, text in project.files.items():
         (tmp_path / path).write_text(text, encoding="utf-8")
-    mac_log = tmp_path.parent / f"{tmp_path.name}.macs"
     for number, command in enumerate(project.commands, start=1):
         proc = subprocess.run(
-            [*_pytest(), *command[1:]],
+            [*_PROGRAMS[command.argv[0]](), *command.argv[1:]],
             cwd=tmp_path,
-            env=_environment(mac_log),
+            env=env,
             capture_output=True,
             text=True,
             timeout=600,
             check=False,
         )
-        expected = project.exit if number == len(project.commands) else 0
-        assert proc.returncode == expected, f"$ {shlex.join(command)}\n{proc.stdout[-3000:]}"
-    output = proc.stdout.splitlines()
-    if not shown_slice(project.shown, output):
-        # From the shown block's first line on, when the run printed it: the header is noise.
-        start = next((i for i, line in enumerate(output) if line == project.shown[0]), 0)
-        real = output[start:]
-        diff = difflib.unified_diff(project.shown, real, "README", "real run", lineterm="")
-        message = f"the pages' [{project.name}] example drifted:\n" + "\n".join(diff)
-        pytest.fail(message, pytrace=False)
-    # The accounting check ran in each command (and found nothing, or the run had failed).
-    assert len(mac_log.read_text().splitlines()) >= len(project.commands)
+        expected = project.exits[number - 1]
+        typed = f"$ {shlex.join(command.argv)}"
+        assert proc.returncode == expected, f"{typed}\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}"
+        output = (proc.stdout + proc.stderr).splitlines()
+        if command.shown and not shown_slice(command.shown, output):
+            # From the shown block's first line on, when the run printed it: the header is noise.
+            start = next((i for i, line in enumerate(output) if line == command.shown[0]), 0)
+            real = output[start:]
+            diff = difflib.unified_diff(command.shown, real, "page", "real run", lineterm="")
+            message = f"the pages' [{project.name}] example drifted at {typed}:\n"
+            pytest.fail(message + "\n".join(diff), pytrace=False)
+    # The accounting check ran in each pytest command that got past its usage checks (exit
+    # status 4), and found nothing, or the run had failed.
+    runs = sum(
+        command.argv[0] == "pytest" and code != pytest.ExitCode.USAGE_ERROR
+        for command, code in zip(project.commands, project.exits, strict=True)
+    )
+    assert len(mac_log.read_text().splitlines() if runs else []) >= runs
+
+
+def _scripts(directory: str, names: list[str]) -> list[str]:
+    return [name for name in names if name.endswith(".sh")]
 
 
 def test_readme_example_files_are_the_repository_files() -> None:

@@ -25,7 +25,7 @@ from pytest_nobreak.models.items import COLLECTOR_PREFIX
 from pytest_nobreak.report.json_report import MODELS_KEY, ReportError, TestRecord, read_input
 from pytest_nobreak.watch.events import HOST_FALLBACK_PREFIX
 
-__all__ = ["Row", "main", "render_zoo", "rows_of"]
+__all__ = ["Row", "breakdown", "main", "render_zoo", "rows_of"]
 
 #: The kinds of event that are not breaks: work left on the host, and host syncs inside a
 #: compiled graph (the model still compiled whole).
@@ -231,6 +231,66 @@ def _reason_key(text: str) -> str:
     return key[:80].rsplit(" ", 1)[0].rstrip(":;,") + " …"
 
 
+#: The breakdown's classes of "not built", by how the build's reason starts (the reasons
+#: pytest_nobreak.models.build and .hf give), in the order the breakdown lists them.
+_UNBUILT_CLASSES = (
+    ("eager forward failed", "fail their eager forward on the inferred inputs"),
+    ("its config cannot be shrunk", "have a config whose validation refuses the shrunk sizes"),
+    ("still ", "are over the parameter limit after shrinking"),
+    ("cannot infer its main input", "take a main input that could not be inferred"),
+)
+_UNBUILT_OTHER = "cannot be constructed from the shrunk config, or imported"
+
+
+def _unbuilt_class(reason: str) -> str:
+    for start, name in _UNBUILT_CLASSES:
+        if reason.startswith(start):
+            return name
+    return _UNBUILT_OTHER
+
+
+def breakdown(rows: Sequence[Row]) -> list[tuple[int, str, list[tuple[int, str]]]]:
+    """Why the models that are not whole and on the DUT are not, as ``(count, class,
+    [(count, subclass), ...])``: not built (by cause), not finished (the time limit or a
+    crash), not whole (breaks), and whole but not on the DUT (the int8 bound, a vanishing
+    output, host ops or syncs). Every such model counts once, in one subclass."""
+    classes: dict[str, collections.Counter[str]] = {
+        "are not built": collections.Counter(),
+        "do not finish": collections.Counter(),
+        "do not compile whole": collections.Counter(),
+        "compile whole but are not all on the DUT": collections.Counter(),
+    }
+    for row in rows:
+        skipped = row.skipped
+        if skipped is not None:
+            classes["are not built"][_unbuilt_class(skipped)] += 1
+        elif not row.finished:
+            failure = row.failure or ""
+            timeout = "took more than" in failure
+            classes["do not finish"]["hit the time limit" if timeout else "crashed"] += 1
+        elif not row.whole:
+            kind = "break the graph" if row.break_ids else "fall back to eager"
+            classes["do not compile whole"][kind] += 1
+        elif not row.on_dut:
+            failure = row.failure or ""
+            if "vanishes" in failure:
+                why = "have a random-weight output that vanishes to ~0"
+            elif failure.startswith("the DUT output is off"):
+                why = "are off fp32 by more than the int8 bound"
+            elif row.host_ops:
+                why = "leave ops on the host"
+            elif row.sync_ops:
+                why = "make host syncs"
+            else:
+                why = "fail on_dut otherwise"
+            classes["compile whole but are not all on the DUT"][why] += 1
+    return [
+        (sum(counts.values()), name, [(n, sub) for sub, n in counts.most_common()])
+        for name, counts in classes.items()
+        if counts
+    ]
+
+
 def _peak(device: str) -> int | None:
     try:
         return AsicConfig.load(device).peak_macs_per_cycle
@@ -279,6 +339,13 @@ def render_zoo(report: Mapping[str, Any]) -> str:
         f"- whole and 100% on the DUT, within the int8 bound of fp32: **{len(on_dut)}**",
         "",
     ]
+    classes = breakdown(rows)
+    if classes:
+        lines += [f"Of the {len(rows) - len(on_dut)} that are not whole and on the DUT:", ""]
+        for count, name, subs in classes:
+            parts = "; ".join(f"{n} {sub}" for n, sub in subs)
+            lines.append(f"- {count} {name}: {parts}")
+        lines.append("")
     if rest:
         lines += ["Most common reasons for the rest:", ""]
         lines += [f"- {count} × {reason}" for reason, count in rest.most_common(12)]

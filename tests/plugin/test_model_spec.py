@@ -651,10 +651,25 @@ README_RUN = re.compile(
 )
 
 
-def test_the_readme_example_prints_what_the_readme_shows() -> None:
-    from tests.test_readme import ROOT, TEXT, _environment, _pytest, shown_slice
+def _readme_runs() -> list[re.Match[str]]:
+    from tests.test_readme import TEXT
 
-    (example,) = README_RUN.finditer(TEXT)
+    return list(README_RUN.finditer(TEXT))
+
+
+def test_the_pages_show_a_failing_and_a_real_architecture_run() -> None:
+    commands = [example["command"] for example in _readme_runs()]
+    assert commands == [
+        "pytest --nobreak-model examples/factories.py:tiny_cnn"
+        " --nobreak-model examples/factories.py:gated_mlp -k compiles_whole",
+        "pytest --nobreak-model hf:llama --asic-backend -v",
+    ]
+
+
+@pytest.mark.parametrize("example", _readme_runs(), ids=lambda m: m["command"].split()[2])
+def test_the_readme_example_prints_what_the_readme_shows(example: re.Match[str]) -> None:
+    from tests.test_readme import ROOT, _environment, _pytest, shown_slice
+
     command = shlex.split(example["command"])
     assert command[0] == "pytest"
     proc = subprocess.run(

@@ -21,4 +21,5 @@ def test_a_table_with_every_ratio_at_or_above_its_floor_has_no_note() -> None:
     table = ratio_table({"decode": _row(2.0)})
     assert FLOOR_NOTE not in table
     assert over_gemm(1.0) == "1.00"
-    assert over_gemm(0.999) == f"1.00{BELOW_FLOOR}"  # below, though it rounds to 1.00
+    assert over_gemm(0.996) == f"0.996{BELOW_FLOOR}"  # below, though two decimals round it up
+    assert over_gemm(0.994) == f"0.99{BELOW_FLOOR}"
