@@ -1,14 +1,16 @@
 """Overhead of watching: a suite of small compile tests, ``--nobreak-all`` vs ``-p no:nobreak``.
 
-Run: ``pytest benchmarks/test_plugin_overhead.py --benchmark-only``. Both modes run the same
-generated suite in a fresh pytest subprocess (what a user's CI pays, torch import included);
-compare the two rows' means. Target: watched <= 1.10x unwatched.
+Run: ``pytest benchmarks/test_plugin_overhead.py --benchmark-only -s``. Both modes run the same
+generated suite in a fresh pytest subprocess (what a user's CI pays, torch import included),
+alternating round by round; the run prints the ratio of their fastest rounds and stores it in the
+benchmark's ``extra_info``. Target: watched <= 1.02x unwatched.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -45,24 +47,43 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def run_suite(root: Path, *args: str) -> None:
+def run_suite(root: Path, *args: str) -> float:
+    """Wall-clock seconds of one run of the suite in a fresh process, torch import included."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:benchmark"]
-    proc = subprocess.run([*cmd, *args], cwd=root, capture_output=True, text=True)
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [*cmd, "-p", "no:randomly", *args], cwd=root, capture_output=True, text=True
+    )
+    seconds = time.perf_counter() - start
     assert proc.returncode == 0, proc.stdout[-2000:]
+    return seconds
 
 
-MODES = [
-    pytest.param(("-p", "no:nobreak"), id="unwatched"),
-    pytest.param(("--nobreak-all",), id="nobreak-all"),
-]
+MODES = {"unwatched": ("-p", "no:nobreak"), "nobreak-all": ("--nobreak-all",)}
 
 
 @pytest.mark.benchmark(group="plugin-overhead")
-@pytest.mark.parametrize("mode", MODES)
-def test_suite_wall_time(benchmark, suite: Path, mode: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+def test_suite_wall_time(benchmark, suite: Path) -> None:  # type: ignore[no-untyped-def]
+    """``extra_info``: the fastest run of each mode and their ratio (the target: <= 1.02).
+
+    The modes alternate round by round, so a machine that slows down mid-run slows both; the
+    fastest of the rounds is the least disturbed. What the benchmark's own timing shows is one
+    round of both modes."""
     # A plain (benchmark-disabled) run checks that the suite runs in both modes: two of its tests.
     smoke = ("-k", "test_model_0 or test_model_1") if benchmark.disabled else ()
-    benchmark.pedantic(run_suite, args=(suite, *mode, *smoke), rounds=5, warmup_rounds=1)
+    times: dict[str, list[float]] = {mode: [] for mode in MODES}
+
+    def both() -> None:
+        for mode, args in MODES.items():
+            times[mode].append(run_suite(suite, *args, *smoke))
+
+    benchmark.pedantic(both, rounds=1 if benchmark.disabled else 10, warmup_rounds=0)
+    unwatched, watched = min(times["unwatched"]), min(times["nobreak-all"])
+    benchmark.extra_info.update(
+        unwatched_s=unwatched, watched_s=watched, watched_over_unwatched=watched / unwatched
+    )
+    ratio = watched / unwatched
+    print(f"\nsuite of {N_TESTS} compile tests: --nobreak-all / -p no:nobreak = {ratio:.3f}")
 
 
 # Counting what runs: every compiled graph is called through a wrapper that counts each call
@@ -132,4 +153,69 @@ def test_host_sync_counting_per_call(benchmark, graph: str) -> None:  # type: ig
     unwatched, watched = min(times["unwatched"]), min(times["watched"])
     benchmark.extra_info.update(
         unwatched_s=unwatched, watched_s=watched, watched_over_unwatched=watched / unwatched
+    )
+    us = f"watched {watched * 1e6:.1f} us / unwatched {unwatched * 1e6:.1f} us"
+    print(f"\n{graph} graph, per call: {us} = {watched / unwatched:.3f}")
+
+
+# Compiling, apart from the process around it: fresh functions compiled (each twice, the second
+# shape a recompile) and run, in one process per mode after a warm-up compile, so torch's import
+# and Dynamo's first compile (which the suite above includes) are not in the figure.
+PER_COMPILE = """
+import sys, time, torch
+mode, n = sys.argv[1], int(sys.argv[2])
+SRC = "def forward(x):\\n    return torch.relu(x @ W) * {i} + x.sum(-1, keepdim=True)\\n"
+
+def compile_all(offset):
+    start = time.perf_counter()
+    for i in range(offset, offset + n):
+        ns = {"torch": torch, "W": torch.randn(8, 8)}
+        exec(compile(SRC.format(i=i), f"<model {i}>", "exec"), ns)
+        fn = torch.compile(ns["forward"], backend="eager" if i % 2 else "aot_eager")
+        for batch in (2, 3):
+            fn(torch.randn(batch, 8))
+    return time.perf_counter() - start
+
+compile_all(10_000)
+if mode == "watched":
+    import pytest_nobreak
+    with pytest_nobreak.watch() as report:
+        seconds = min(compile_all(1000 * r) for r in range(3))
+    print(report.graphs, seconds)
+else:
+    print(-1, min(compile_all(1000 * r) for r in range(3)))
+"""
+
+
+def time_compiles(mode: str, n: int) -> float:
+    """Seconds to compile and run ``n`` fresh functions, the best of 3, in a fresh process."""
+    proc = subprocess.run(
+        [sys.executable, "-c", PER_COMPILE, mode, str(n)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    graphs, seconds = proc.stdout.split()[-2:]
+    if mode == "watched":  # every function's graph seen: the taps were on
+        assert int(graphs) == 3 * n
+    return float(seconds)
+
+
+@pytest.mark.benchmark(group="plugin-overhead")
+def test_compile_time_watched(benchmark) -> None:  # type: ignore[no-untyped-def]
+    """``extra_info``: the best compile loop of each mode and their ratio, alternating processes."""
+    times: dict[str, list[float]] = {"unwatched": [], "watched": []}
+    n = 2 if benchmark.disabled else 24
+
+    def both() -> None:
+        for mode in times:
+            times[mode].append(time_compiles(mode, n))
+
+    benchmark.pedantic(both, rounds=1 if benchmark.disabled else 8, warmup_rounds=0)
+    unwatched, watched = min(times["unwatched"]), min(times["watched"])
+    benchmark.extra_info.update(
+        unwatched_s=unwatched, watched_s=watched, watched_over_unwatched=watched / unwatched
+    )
+    print(
+        f"\n{n} functions compiled twice and run: watched / unwatched = {watched / unwatched:.3f}"
     )
