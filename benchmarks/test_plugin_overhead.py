@@ -3,7 +3,8 @@
 Run: ``pytest benchmarks/test_plugin_overhead.py --benchmark-only -s``. Both modes run the same
 generated suite in a fresh pytest subprocess (what a user's CI pays, torch import included),
 alternating round by round; the run prints the ratio of their fastest rounds and stores it in the
-benchmark's ``extra_info``. Target: watched <= 1.02x unwatched.
+benchmark's ``extra_info``. Target: watched <= 1.02x unwatched. The same for compiling alone and
+for one call of a compiled graph, below.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,27 +65,35 @@ def run_suite(root: Path, *args: str) -> float:
 MODES = {"unwatched": ("-p", "no:nobreak"), "nobreak-all": ("--nobreak-all",)}
 
 
+def alternate(
+    benchmark: Any, measure: Callable[[str], float], modes: Iterable[str], rounds: int
+) -> float:
+    """Run ``measure(mode)`` for each of ``modes`` in turn, ``rounds`` times (once when the
+    benchmark is disabled), so a machine that slows down mid-run slows both; keep the fastest
+    run of each (the least disturbed) and the ratio of the second mode's over the first's in the
+    benchmark's ``extra_info``. What the benchmark's own timing shows is one round of all modes.
+    """
+    times: dict[str, list[float]] = {mode: [] for mode in modes}
+
+    def each() -> None:
+        for mode, runs in times.items():
+            runs.append(measure(mode))
+
+    benchmark.pedantic(each, rounds=1 if benchmark.disabled else rounds, warmup_rounds=0)
+    unwatched, watched = (min(runs) for runs in times.values())
+    ratio = watched / unwatched
+    benchmark.extra_info.update(
+        unwatched_s=unwatched, watched_s=watched, watched_over_unwatched=ratio
+    )
+    return ratio
+
+
 @pytest.mark.benchmark(group="plugin-overhead")
 def test_suite_wall_time(benchmark, suite: Path) -> None:  # type: ignore[no-untyped-def]
-    """``extra_info``: the fastest run of each mode and their ratio (the target: <= 1.02).
-
-    The modes alternate round by round, so a machine that slows down mid-run slows both; the
-    fastest of the rounds is the least disturbed. What the benchmark's own timing shows is one
-    round of both modes."""
+    """``extra_info``: the fastest run of each mode and their ratio (the target: <= 1.02)."""
     # A plain (benchmark-disabled) run checks that the suite runs in both modes: two of its tests.
     smoke = ("-k", "test_model_0 or test_model_1") if benchmark.disabled else ()
-    times: dict[str, list[float]] = {mode: [] for mode in MODES}
-
-    def both() -> None:
-        for mode, args in MODES.items():
-            times[mode].append(run_suite(suite, *args, *smoke))
-
-    benchmark.pedantic(both, rounds=1 if benchmark.disabled else 10, warmup_rounds=0)
-    unwatched, watched = min(times["unwatched"]), min(times["nobreak-all"])
-    benchmark.extra_info.update(
-        unwatched_s=unwatched, watched_s=watched, watched_over_unwatched=watched / unwatched
-    )
-    ratio = watched / unwatched
+    ratio = alternate(benchmark, lambda mode: run_suite(suite, *MODES[mode], *smoke), MODES, 10)
     print(f"\nsuite of {N_TESTS} compile tests: --nobreak-all / -p no:nobreak = {ratio:.3f}")
 
 
@@ -141,21 +152,13 @@ def time_per_call(mode: str, graph: str, calls: int) -> float:
 def test_host_sync_counting_per_call(benchmark, graph: str) -> None:  # type: ignore[no-untyped-def]
     """``extra_info``: seconds per call unwatched and watched, and their ratio, measured in
     alternating processes (the process start is what the benchmark's own timing shows)."""
-    times: dict[str, list[float]] = {"unwatched": [], "watched": []}
-
     calls = 50 if benchmark.disabled else 5000  # a plain run checks the counting, not its cost
-
-    def both() -> None:
-        for mode in times:
-            times[mode].append(time_per_call(mode, graph, calls))
-
-    benchmark.pedantic(both, rounds=2, warmup_rounds=0)
-    unwatched, watched = min(times["unwatched"]), min(times["watched"])
-    benchmark.extra_info.update(
-        unwatched_s=unwatched, watched_s=watched, watched_over_unwatched=watched / unwatched
+    ratio = alternate(
+        benchmark, lambda mode: time_per_call(mode, graph, calls), ("unwatched", "watched"), 2
     )
-    us = f"watched {watched * 1e6:.1f} us / unwatched {unwatched * 1e6:.1f} us"
-    print(f"\n{graph} graph, per call: {us} = {watched / unwatched:.3f}")
+    us = f"watched {benchmark.extra_info['watched_s'] * 1e6:.1f} us"
+    us += f" / unwatched {benchmark.extra_info['unwatched_s'] * 1e6:.1f} us"
+    print(f"\n{graph} graph, per call: {us} = {ratio:.3f}")
 
 
 # Compiling, apart from the process around it: fresh functions compiled (each twice, the second
@@ -204,18 +207,6 @@ def time_compiles(mode: str, n: int) -> float:
 @pytest.mark.benchmark(group="plugin-overhead")
 def test_compile_time_watched(benchmark) -> None:  # type: ignore[no-untyped-def]
     """``extra_info``: the best compile loop of each mode and their ratio, alternating processes."""
-    times: dict[str, list[float]] = {"unwatched": [], "watched": []}
     n = 2 if benchmark.disabled else 24
-
-    def both() -> None:
-        for mode in times:
-            times[mode].append(time_compiles(mode, n))
-
-    benchmark.pedantic(both, rounds=1 if benchmark.disabled else 8, warmup_rounds=0)
-    unwatched, watched = min(times["unwatched"]), min(times["watched"])
-    benchmark.extra_info.update(
-        unwatched_s=unwatched, watched_s=watched, watched_over_unwatched=watched / unwatched
-    )
-    print(
-        f"\n{n} functions compiled twice and run: watched / unwatched = {watched / unwatched:.3f}"
-    )
+    ratio = alternate(benchmark, lambda mode: time_compiles(mode, n), ("unwatched", "watched"), 8)
+    print(f"\n{n} functions compiled twice and run: watched / unwatched = {ratio:.3f}")
