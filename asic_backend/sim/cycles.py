@@ -2,8 +2,9 @@
 
 ``Y[M,N] = X[M,K] · W[N,K]ᵀ`` on an R x C array. Cycle counts are SCALE-Sim's per-fold formulas
 for its three dataflows (weight-, output- and input-stationary): each equals SCALE-Sim's
-"Total Cycles" + 1, as SCALE-Sim counts from cycle 0 (checked against SCALE-Sim 3.0.0, and
-pinned by ``tests/asic/test_dataflows.py``). A double-buffered weight-stationary array
+"Total Cycles" + 1, as SCALE-Sim counts from cycle 0 (checked against SCALE-Sim 3.0.0's reports
+on 72 runs, which ``tests/asic/scalesim_reports.py`` regenerates and
+``tests/asic/test_dataflows.py`` compares). A double-buffered weight-stationary array
 (``weight_buffers=2``) overlaps each fold's weight load with the previous fold's stream, which
 SCALE-Sim does not model. SCALE-Sim's mapping efficiency and compute utilization are reported
 too. Traffic is compulsory DRAM traffic plus input re-fetch and partial-sum spill when the SRAMs

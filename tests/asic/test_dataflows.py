@@ -6,6 +6,7 @@ fold schedule."""
 from __future__ import annotations
 
 import collections
+import csv
 import heapq
 
 import pytest
@@ -21,54 +22,46 @@ from asic_backend.sim.cycles import (
     mapping_efficiency,
     systolic_cycles,
 )
+from tests.asic import scalesim_reports as script
 
 SMALL = AsicConfig(rows=4, cols=2)
 
-# SCALE-Sim 3.0.0 (pip install scalesim==3.0.0, numpy<2), GEMM topology rows "M, N, K", SRAMs
-# and bandwidth large enough for zero stall cycles: (dataflow, R, C, M, K, N) -> Total Cycles,
-# Mapping Efficiency %, Compute Utilization %, as its COMPUTE_REPORT.csv gives them. These 38
-# runs are all the project has: K = 64, N = 32 weight-stationary on 8x8 (M = 1 and 8), then
-# every dataflow on 8x8, 16x16 and 32x16 and four shapes. (The script and the reports that made
-# them were not kept.)
-SCALESIM: list[tuple[str, int, int, int, int, int, int, float, float]] = [
-    ("ws", 8, 8, 1, 64, 32, 735, 100.0, 3.3333333333333335),
-    ("ws", 8, 8, 8, 64, 32, 959, 100.0, 21.621621621621607),
-    ("ws", 8, 8, 5, 20, 7, 80, 72.91666666666666, 10.723039215686274),
-    ("ws", 8, 8, 33, 17, 9, 329, 39.84375, 21.20715725806451),
-    ("ws", 8, 8, 40, 8, 70, 557, 97.22222222222221, 56.36070853462159),
-    ("ws", 16, 16, 1, 64, 32, 375, 100.0, 1.6129032258064515),
-    ("ws", 16, 16, 5, 20, 7, 101, 27.34375, 2.071496212121212),
-    ("ws", 16, 16, 33, 17, 9, 157, 29.8828125, 10.49077460106383),
-    ("ws", 16, 16, 40, 8, 70, 429, 43.75, 17.326732673267326),
-    ("ws", 32, 16, 1, 64, 32, 315, 100.0, 1.0638297872340425),
-    ("ws", 32, 16, 5, 20, 7, 82, 27.34375, 1.3950892857142858),
-    ("ws", 32, 16, 33, 17, 9, 110, 29.8828125, 7.826450892857142),
-    ("ws", 32, 16, 40, 8, 70, 589, 21.875, 6.578947368421052),
-    ("os", 8, 8, 1, 64, 32, 311, 12.5, 10.256410256410255),
-    ("os", 8, 8, 5, 20, 7, 33, 54.6875, 32.169117647058826),
-    ("os", 8, 8, 33, 17, 9, 309, 46.40625, 25.44858870967741),
-    ("os", 8, 8, 40, 8, 70, 989, 97.22222222222221, 35.35353535353534),
-    ("os", 16, 16, 1, 64, 32, 187, 6.25, 4.25531914893617),
-    ("os", 16, 16, 5, 20, 7, 49, 13.671875, 5.46875),
-    ("os", 16, 16, 33, 17, 9, 140, 38.671875, 13.987699468085104),
-    ("os", 16, 16, 40, 8, 70, 569, 72.91666666666666, 15.350877192982454),
-    ("os", 32, 16, 1, 64, 32, 219, 3.125, 1.8181818181818181),
-    ("os", 32, 16, 5, 20, 7, 65, 6.8359375, 2.071496212121212),
-    ("os", 32, 16, 33, 17, 9, 125, 29.00390625, 7.826450892857142),
-    ("os", 32, 16, 40, 8, 70, 539, 54.6875, 8.101851851851851),
-    ("is", 8, 8, 1, 64, 32, 431, 12.5, 6.557377049180328),
-    ("is", 8, 8, 5, 20, 7, 86, 52.083333333333336, 10.127314814814813),
-    ("is", 8, 8, 33, 17, 9, 464, 58.4375, 13.84046052631579),
-    ("is", 8, 8, 40, 8, 70, 459, 100.0, 70.70707070707071),
-    ("is", 16, 16, 1, 64, 32, 311, 6.25, 2.1505376344086025),
-    ("is", 16, 16, 5, 20, 7, 105, 19.53125, 2.010569852941176),
-    ("is", 16, 16, 33, 17, 9, 329, 36.5234375, 4.695870535714284),
-    ("is", 16, 16, 40, 8, 70, 347, 41.66666666666667, 22.264631043256998),
-    ("is", 32, 16, 1, 64, 32, 219, 6.25, 1.6),
-    ("is", 32, 16, 5, 20, 7, 84, 19.53125, 1.3671875),
-    ("is", 32, 16, 33, 17, 9, 260, 36.5234375, 3.22265625),
-    ("is", 32, 16, 40, 8, 70, 443, 20.833333333333336, 8.946830265848671),
-]
+# SCALE-Sim 3.0.0's COMPUTE_REPORT.csv for every dataflow on 8x8, 16x16 and 32x16 arrays and
+# eight GEMM shapes (72 runs, zero stall cycles), as `scalesim_reports.py` beside this file
+# writes it: (dataflow, R, C, M, K, N) -> Total Cycles, Mapping Efficiency %, Compute Util %.
+SCALESIM_CSV = script.OUT
+
+
+def _report(row: dict[str, str]) -> tuple[str, int, int, int, int, int, int, float, float]:
+    r, c, m, k, n, total = (int(row[c]) for c in script.COLUMNS[1:7])
+    return (
+        row["dataflow"],
+        r,
+        c,
+        m,
+        k,
+        n,
+        total,
+        float(row["mapping_pct"]),
+        float(row["compute_pct"]),
+    )
+
+
+with SCALESIM_CSV.open() as _f:
+    SCALESIM = [_report(row) for row in csv.DictReader(_f)]
+
+
+def test_the_scalesim_reports_cover_every_dataflow_array_and_shape() -> None:
+    # The CSV is the evidence: a truncated or hand-trimmed file must not shrink the check.
+    runs = {row[:6] for row in SCALESIM}
+    expected = {
+        (d, r, c, m, k, n)
+        for d in script.DATAFLOWS
+        for r, c in script.ARRAYS
+        for m, k, n in script.SHAPES
+    }
+    assert len(SCALESIM) == len(runs) == len(expected) == 72
+    assert runs == expected
 
 
 @pytest.mark.parametrize(
