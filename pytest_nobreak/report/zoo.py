@@ -3,9 +3,10 @@
 The report is that of a ``pytest --nobreak-model ... --nobreak-json REPORT`` run (a sweep such
 as ``hf:*``). One row per model: whether it compiled whole (or the ids of its breaks),
 recompiles, the host syncs of one call, the share of its MACs the DUT ran, the host ops left,
-and the cycles and utilization of one call on the run's device. Each column comes from the
-check that measures it: breaks from ``compiles_whole`` (else ``on_dut``, the same compile under
-the ASIC), figures from ``on_dut``, recompiles from ``no_recompile`` when it ran. The table is
+the cycles and utilization of one call on the run's device, and what ``torch.export`` made of
+it. Each column comes from the check that measures it: breaks from ``compiles_whole`` (else
+``on_dut``, the same compile under the ASIC), figures from ``on_dut``, recompiles from
+``no_recompile`` when it ran, the export from ``exports``. The table is
 only ever written by this command, so it always says what a run measured.
 """
 
@@ -23,7 +24,8 @@ from asic_backend.sim.config import AsicConfig
 from pytest_nobreak.gate.atomic import write_atomic
 from pytest_nobreak.models.items import COLLECTOR_PREFIX
 from pytest_nobreak.report.json_report import MODELS_KEY, ReportError, TestRecord, read_input
-from pytest_nobreak.watch.events import HOST_FALLBACK_PREFIX
+from pytest_nobreak.watch.events import EXPORT_KINDS, HOST_FALLBACK_PREFIX
+from pytest_nobreak.watch.export_report import MODES, NARROWED_WORDS
 
 __all__ = ["Row", "breakdown", "main", "render_zoo", "rows_of"]
 
@@ -186,6 +188,50 @@ class Row:
         return sorted(set(ops))
 
     @property
+    def export_entry(self) -> Mapping[str, Any] | None:
+        """The ``exports`` check's entry, when it ran."""
+        return self._entry("exports")
+
+    @property
+    def export_finished(self) -> bool:
+        return self.export_entry is not None and self.finished_checks.get("exports", True)
+
+    @property
+    def export_problems(self) -> list[str]:
+        """The exported programs' problems, one label each (:func:`_export_label`)."""
+        entry = self.export_entry or {}
+        labels = [_export_label(e) for e in entry.get("breaks", ()) if e["kind"] in EXPORT_KINDS]
+        return list(dict.fromkeys(labels))
+
+    @property
+    def exported_modes(self) -> tuple[str, ...]:
+        """The modes that produced a program: those no ``export_error`` names."""
+        entry = self.export_entry or {}
+        failed = {
+            mode
+            for event in entry.get("breaks", ())
+            if event["kind"] == "export_error"
+            for mode in _modes(event)
+        }
+        return tuple(mode for mode in MODES if mode not in failed)
+
+    @property
+    def exports(self) -> bool:
+        """The ``exports`` check passed: both modes exported a sound program that keeps the
+        varied dimensions dynamic (a range narrowed by the model is allowed), on the DUT
+        within the int8 bound under the ASIC."""
+        entry = self.entries.get("exports")
+        return entry is not None and entry.get("outcome") == "passed"
+
+    @property
+    def export_dut_macs(self) -> tuple[int, int] | None:
+        """``(DUT MACs, all MACs)`` of the lowered program's run, when it ran on the DUT."""
+        asic = (self.export_entry or {}).get("asic")
+        if not asic or "host_macs" not in asic:
+            return None
+        return int(asic["macs"]), int(asic["macs"]) + int(asic["host_macs"])
+
+    @property
     def on_dut(self) -> bool:
         """The ``on_dut`` check passed: whole, every MAC on the DUT, within the int8 bound."""
         entry = self.entries.get("on_dut")
@@ -221,6 +267,38 @@ def rows_of(report: Mapping[str, Any]) -> list[Row]:
 
 def _strip_spec(note: str, spec: str) -> str:
     return note.removeprefix(f"{spec}: ").strip()
+
+
+def _modes(event: Mapping[str, Any]) -> list[str]:
+    """The export modes an event happened in, from its ``detail`` ("non-strict and strict")."""
+    return [m for m in str(event.get("detail") or "").split(" and ") if m in MODES]
+
+
+def _export_label(event: Mapping[str, Any]) -> str:
+    """A problem of an exported program as its cell and the breakdown name it: the gb id (or
+    the exception) of a failed mode, with the modes; the finding; the dimension and whether it
+    came out static or narrowed; the disagreement; the host sync's op."""
+    kind, name = event["kind"], event.get("gb_type", "")
+    modes = " and ".join(_modes(event))
+    where = f" ({modes})" if modes else ""
+    if kind == "export_error":
+        return f"{event.get('gb_id') or name}{where}"
+    if kind == "specialized_dim":
+        how = "narrowed" if NARROWED_WORDS in event.get("reason", "") else "static"
+        return f"{how}: {name}{where}"
+    if kind == "export_sync":
+        return f"host sync: {name}{where}"
+    return f"{name}{where}"
+
+
+def _export_class(label: str) -> str:
+    """A label without its particulars (the dimension, the modes) for the breakdown."""
+    for prefix in ("narrowed", "static", "host sync"):
+        if label.startswith(prefix + ":"):
+            return {"narrowed": "dimension narrowed", "static": "dimension made static"}.get(
+                prefix, prefix
+            )
+    return label
 
 
 def _reason_key(text: str) -> str:
@@ -337,6 +415,7 @@ def render_zoo(report: Mapping[str, Any]) -> str:
         f"- architectures: **{len(rows)}**, built and run eagerly: **{len(built)}**",
         f"- compile whole (no graph break, no eager fallback): **{len(whole)}**",
         f"- whole and 100% on the DUT, within the int8 bound of fp32: **{len(on_dut)}**",
+        *_export_summary(built),
         "",
     ]
     classes = breakdown(rows)
@@ -354,11 +433,13 @@ def render_zoo(report: Mapping[str, Any]) -> str:
         "`graph`: whole, or the gb ids of the breaks and eager fallbacks, then why a check failed "
         "otherwise; `recompiles`: in `no_recompile` when it ran (2x16, 3x24, 5x12), else in the "
         "one call of the check; `syncs`: the host syncs of one call (`-`: not measured); cycles "
-        "and utilization of one call.",
+        "and utilization of one call; `exports`: `sound` when both modes exported a program "
+        "that keeps batch and sequence dynamic (and ran on the DUT within the int8 bound), "
+        "else its problems.",
         "",
         "| model | graph | recompiles | syncs | DUT share of MACs | host ops left | cycles "
-        "| utilization |",
-        "|---|---|---:|---:|---:|---|---:|---:|",
+        "| utilization | exports |",
+        "|---|---|---:|---:|---:|---|---:|---:|---|",
     ]
     for row in rows:
         lines.append(_line(row, peak))
@@ -368,7 +449,7 @@ def render_zoo(report: Mapping[str, Any]) -> str:
 def _line(row: Row, peak: int | None) -> str:
     skipped = row.skipped
     if skipped is not None:
-        return f"| {_code(row.spec)} | not built: {_cell(skipped)} | | | | | | |"
+        return f"| {_code(row.spec)} | not built: {_cell(skipped)} | | | | | | | |"
     if not row.finished:
         graph = "not finished"
     elif row.whole:
@@ -391,8 +472,53 @@ def _line(row: Row, peak: int | None) -> str:
         ", ".join(row.host_ops) or ("none" if asic else ""),
         "" if cycles is None else f"{cycles:,}",
         "" if util is None else f"{util:.2%}",
+        _export_cell(row),
     ]
     return "| " + " | ".join(cells) + " |"
+
+
+def _export_cell(row: Row) -> str:
+    if row.export_entry is None:
+        return ""
+    problems = row.export_problems
+    if not row.export_finished:
+        return _cell("; ".join(["not finished", *problems]))
+    if row.exports:
+        return _cell("; ".join(["sound", *problems]))  # the allowed ones: narrowed ranges
+    return _cell("; ".join(problems) or "failed")
+
+
+def _export_summary(built: Sequence[Row]) -> list[str]:
+    """The export pass rates over the built models whose ``exports`` check ran, the DUT share
+    of the lowered programs and the most common problems; nothing when none ran."""
+    checked = [row for row in built if row.export_entry is not None]
+    if not checked:
+        return []
+    sound = sum(row.exports for row in checked)
+    finished = [row for row in checked if row.export_finished]
+    per_mode = ", ".join(
+        f"{mode}: **{sum(mode in row.exported_modes for row in finished)}**" for mode in MODES
+    )
+    lines = [
+        f"- `torch.export` checked: **{len(checked)}**, sound in both modes (batch and "
+        f"sequence kept dynamic): **{sound}**; a program exported ({per_mode})",
+    ]
+    lowered = [macs for row in checked if (macs := row.export_dut_macs) is not None]
+    if lowered:
+        dut, total = sum(m for m, _ in lowered), sum(t for _, t in lowered)
+        whole = sum(m == t for m, t in lowered)
+        share = f"{dut / total:.1%}" if total else "-"
+        lines.append(
+            f"- exported programs lowered and run on the DUT: **{len(lowered)}**, all MACs on "
+            f"the DUT: **{whole}** ({share} of their MACs)"
+        )
+    kinds = collections.Counter(
+        kind for row in checked for kind in {_export_class(p) for p in row.export_problems}
+    )
+    if kinds:
+        lines += ["", "Most common export problems (models with each):", ""]
+        lines += [f"- {count} × {kind}" for kind, count in kinds.most_common(8)]
+    return lines
 
 
 def _syncs_cell(row: Row) -> str:

@@ -168,6 +168,8 @@ class _Checker:
         self.report = ExportReport()
         #: (input name, dim) -> the finding, expression and location of the first guard on it.
         self.guards: dict[tuple[str, int], tuple[BreakEvent, str, Location]] = {}
+        #: ids of the programs that reject a size inside their own dynamic range.
+        self.rejecting: set[int] = set()
 
     def run(self, modes: Sequence[str], *, draft: bool) -> ExportReport:
         report = self.report
@@ -195,6 +197,7 @@ class _Checker:
         self._add_syncs()
         self._add_specialized()
         self._add_mismatches()
+        self._add_rejected_sizes()
         return report
 
     # ----------------------------------------------------------------- the modes' errors
@@ -459,7 +462,7 @@ class _Checker:
         report.lowered = lowered = lower_exported(report.program, device=device)
         runs = [(self.args, self.kwargs)]
         second = self._second_inputs(report.program)
-        if second is not None:
+        if second is not None and id(report.program) not in self.rejecting:
             runs.append(second)
         # Lazy: keeps torch out of the plugin's import until a test needs it.
         from pytest_nobreak.watch import dynamo
@@ -532,6 +535,55 @@ class _Checker:
         args = tuple(changed.get(id(a), a) for a in self.args)
         kwargs = {k: changed.get(id(v), v) for k, v in self.kwargs.items()}
         return args, kwargs
+
+    def _add_rejected_sizes(self) -> None:
+        """Each program run on one more size inside its own dynamic range: a program that
+        raises there holds a guard its range constraints do not show (``if x.shape[0] == 3``
+        under ``Dim.AUTO`` keeps the dimension dynamic but rejects 3), which the device's
+        toolchain would only find at run time. An entry for the dimension draft_export saw
+        the guard on (at the guard's line), else for the sizes the program rejected."""
+        torch = self.torch
+        declared = {
+            (name, dim): label
+            for name, dim, label, _, _ in _declared_dims(
+                torch, self.model, self.args, self.kwargs, self.dynamic_shapes
+            )
+        }
+        found: dict[str, tuple[BreakEvent, list[str]]] = {}
+        for mode, program in self.report.programs.items():
+            second = self._second_inputs(program)
+            if second is None:
+                continue
+            args, kwargs = second
+            try:
+                with torch.no_grad():
+                    program.module()(*args, **kwargs)
+            except Exception as exc:  # the program's own guard, or a kernel's shape check
+                self.rejecting.add(id(program))
+                shapes = [
+                    tuple(t.shape) for t in [*args, *kwargs.values()] if isinstance(t, torch.Tensor)
+                ]
+                head = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                guarded = [key for key in self.guards if key in declared]
+                if guarded:
+                    name, dim = guarded[0]
+                    _, expr, location = self.guards[(name, dim)]
+                    what = f"{_input_path(name, self.model, self.args)} dim {dim} "
+                    what += f"({declared[(name, dim)]})"
+                    caused = f" by the guard {expr}"
+                else:
+                    what, caused, location = "a dynamic dimension", "", self._locate([])
+                event = BreakEvent(
+                    kind="specialized_dim",
+                    gb_type=what,
+                    reason=f"exported dynamic, but the program rejects inputs {shapes} inside "
+                    f"its range{caused}: {head}",
+                    hints=(HINTS["GUARD_ADDED"],),
+                    **_where(location),
+                )
+                found.setdefault(event.gb_type, (event, []))[1].append(mode)
+        for event, modes in found.values():
+            self.report.add(dataclasses.replace(event, detail=" and ".join(modes)))
 
     # ----------------------------------------------------------------- agreement
 
