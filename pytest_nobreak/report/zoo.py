@@ -25,7 +25,7 @@ from pytest_nobreak.gate.atomic import write_atomic
 from pytest_nobreak.models.items import COLLECTOR_PREFIX
 from pytest_nobreak.report.json_report import MODELS_KEY, ReportError, TestRecord, read_input
 from pytest_nobreak.watch.events import EXPORT_KINDS, HOST_FALLBACK_PREFIX
-from pytest_nobreak.watch.export_report import MODES, NARROWED_WORDS
+from pytest_nobreak.watch.export_report import MODES, NARROWED_WORDS, REJECTED_WORDS
 
 __all__ = ["Row", "breakdown", "main", "render_zoo", "rows_of"]
 
@@ -284,7 +284,14 @@ def _export_label(event: Mapping[str, Any]) -> str:
     if kind == "export_error":
         return f"{event.get('gb_id') or name}{where}"
     if kind == "specialized_dim":
-        how = "narrowed" if NARROWED_WORDS in event.get("reason", "") else "static"
+        reason = event.get("reason", "")
+        how = (
+            "narrowed"
+            if NARROWED_WORDS in reason
+            else "rejects sizes"
+            if REJECTED_WORDS in reason
+            else "static"
+        )
         return f"{how}: {name}{where}"
     if kind == "export_sync":
         return f"host sync: {name}{where}"
@@ -293,11 +300,15 @@ def _export_label(event: Mapping[str, Any]) -> str:
 
 def _export_class(label: str) -> str:
     """A label without its particulars (the dimension, the modes) for the breakdown."""
-    for prefix in ("narrowed", "static", "host sync"):
+    classes = {
+        "narrowed": "dimension narrowed",
+        "static": "dimension made static",
+        "rejects sizes": "dimension kept dynamic but sizes in its range rejected",
+        "host sync": "host sync",
+    }
+    for prefix, name in classes.items():
         if label.startswith(prefix + ":"):
-            return {"narrowed": "dimension narrowed", "static": "dimension made static"}.get(
-                prefix, prefix
-            )
+            return name
     return label
 
 
@@ -434,8 +445,8 @@ def render_zoo(report: Mapping[str, Any]) -> str:
         "otherwise; `recompiles`: in `no_recompile` when it ran (2x16, 3x24, 5x12), else in the "
         "one call of the check; `syncs`: the host syncs of one call (`-`: not measured); cycles "
         "and utilization of one call; `exports`: `sound` when both modes exported a program "
-        "that keeps batch and sequence dynamic (and ran on the DUT within the int8 bound), "
-        "else its problems.",
+        "that keeps batch and sequence dynamic (and, lowered, ran within the int8 bound; host "
+        "ops left are `on_dut`'s), else its problems.",
         "",
         "| model | graph | recompiles | syncs | DUT share of MACs | host ops left | cycles "
         "| utilization | exports |",

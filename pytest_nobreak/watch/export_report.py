@@ -38,9 +38,11 @@ NARROWED_HINT = (
     "The exported program rejects sizes outside {got}: remove the shape test, or declare the "
     "range the model really supports (Dim(..., min=, max=))."
 )
-#: How a narrowed dimension's reason says its range, and an ``allow=`` pattern for it (a
-#: dimension made static says "exported static" instead).
+#: How a narrowed dimension's reason says its range, and an ``allow=`` pattern for it; how a
+#: reason says the dimension was made static, or kept dynamic with sizes the program rejects.
 NARROWED_WORDS = "exported in"
+STATIC_WORDS = "exported static"
+REJECTED_WORDS = "exported dynamic, but the program rejects"
 NARROWED = re.escape(NARROWED_WORDS + " [")
 
 

@@ -61,7 +61,9 @@ from pytest_nobreak.watch.export_report import (
     MODES,
     NARROWED_HINT,
     NARROWED_WORDS,
+    REJECTED_WORDS,
     SPECIALIZED_HINT,
+    STATIC_WORDS,
     ExportReport,
 )
 from pytest_nobreak.watch.monitor import Monitor, chained_event
@@ -416,7 +418,7 @@ class _Checker:
             expr = size.node.expr if isinstance(size, torch.SymInt) else size
             if isinstance(expr, int) or getattr(expr, "is_number", False):
                 # A fake tensor's static size may still be a SymInt, of a constant.
-                reason = f"declared dynamic ({label}), exported static: {int(expr)}{caused}"
+                reason = f"declared dynamic ({label}), {STATIC_WORDS}: {int(expr)}{caused}"
             else:
                 bounds = program.range_constraints.get(expr)
                 if bounds is None:
@@ -576,8 +578,7 @@ class _Checker:
                 event = BreakEvent(
                     kind="specialized_dim",
                     gb_type=what,
-                    reason=f"exported dynamic, but the program rejects inputs {shapes} inside "
-                    f"its range{caused}: {head}",
+                    reason=f"{REJECTED_WORDS} inputs {shapes} inside its range{caused}: {head}",
                     hints=(HINTS["GUARD_ADDED"],),
                     **_where(location),
                 )

@@ -78,11 +78,51 @@ def test_a_small_run_gives_each_kind_of_row(
             "- 1 × host ops: linear",
             "- 1 × not finished: compiles_whole took more than … …",
             "- 1 × not built: still … parameters after shrinking …",
-            "| `fac.py:branchy` | breaks: GB0170 | 0 | 0 | 100.0% | none | * | *% |",
-            "| `fac.py:mixed` | whole | 0 | 0 | 66.7% | linear | * | *% |",
-            "| `fac.py:mlp` | whole | 0 | 0 | 100.0% | none | * | *% |",
+            "| `fac.py:branchy` | breaks: GB0170 | 0 | 0 | 100.0% | none | * | *% |  |",
+            "| `fac.py:mixed` | whole | 0 | 0 | 66.7% | linear | * | *% |  |",
+            "| `fac.py:mlp` | whole | 0 | 0 | 100.0% | none | * | *% |  |",
             "| `fac.py:slow` | not finished; compiles_whole took more than 1s * |*",
-            "| `hf:bert` | not built: still 0M parameters after shrinking (limit 0M) | | | | | | |",
+            "| `hf:bert` | not built: still 0M parameters after shrinking (limit 0M) |"
+            " | | | | | | | |",
+        ]
+    )
+
+
+def test_the_exports_column_and_pass_rates(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(fac=FACTORIES)
+    monkeypatch.setenv("NB_BREAK", "1")
+    specs = ("mlp", "branchy", "capped", "pinned", "size_branch", "mixed")
+    result = pytester.runpytest(
+        *QUIET,
+        *(arg for spec in specs for arg in ("--nobreak-model", f"fac.py:{spec}")),
+        *("--asic-backend", "-k", "exports", "--nobreak-json", "r.json"),
+    )
+    result.assert_outcomes(passed=3, failed=3)
+    assert main([str(pytester.path / "r.json"), str(pytester.path / "zoo.md")]) == 0
+    lines = (pytester.path / "zoo.md").read_text().splitlines()
+    both = "(non-strict and strict)"
+    pytest.LineMatcher(lines).fnmatch_lines(
+        [
+            "- `torch.export` checked: **6**, sound in both modes (batch and sequence kept "
+            "dynamic): **3**; a program exported (non-strict: **5**, strict: **5**)",
+            # mixed's double-precision head stays on the host, counted: not all on the DUT.
+            "- exported programs lowered and run on the DUT: **5**, all MACs on the DUT: **4** "
+            "(*% of their MACs)",
+            "Most common export problems (models with each):",
+            "- 1 × GB0170 (non-strict and strict)",
+            "- 1 × dimension narrowed",
+            "- 1 × dimension made static",
+            "- 1 × dimension kept dynamic but sizes in its range rejected",
+            "| model | graph | * | exports |",
+            "|---|---|---:|---:|---:|---|---:|---:|---|",
+            f"| `fac.py:branchy` | * | GB0170 {both} |",
+            f"| `fac.py:capped` | * | sound; narrowed: args[[]0[]] dim 0 (Dim.AUTO) {both} |",
+            "| `fac.py:mixed` | * | sound |",
+            "| `fac.py:mlp` | * | sound |",
+            f"| `fac.py:pinned` | * | static: args[[]0[]] dim 0 (Dim.AUTO) {both} |",
+            f"| `fac.py:size_branch` | * | rejects sizes: args[[]0[]] dim 0 (Dim.AUTO) {both} |",
         ]
     )
 
