@@ -83,7 +83,7 @@ def test_a_small_run_gives_each_kind_of_row(
             "| `fac.py:mlp` | whole | 0 | 0 | 100.0% | none | * | *% |  |",
             "| `fac.py:slow` | not finished; compiles_whole took more than 1s * |*",
             "| `hf:bert` | not built: still 0M parameters after shrinking (limit 0M) |"
-            " | | | | | | | |",
+            " | | | | | | |",
         ]
     )
 
