@@ -198,10 +198,18 @@ class Row:
 
     @property
     def export_problems(self) -> list[str]:
-        """The exported programs' problems, one label each (:func:`_export_label`)."""
+        """The exported programs' problems, one label each (:func:`_export_problem`)."""
+        return list(dict.fromkeys(label for _, label in self._export_problems))
+
+    @property
+    def export_classes(self) -> set[str]:
+        """The classes of :attr:`export_problems`, for the breakdown."""
+        return {cls for cls, _ in self._export_problems}
+
+    @property
+    def _export_problems(self) -> list[tuple[str, str]]:
         entry = self.export_entry or {}
-        labels = [_export_label(e) for e in entry.get("breaks", ()) if e["kind"] in EXPORT_KINDS]
-        return list(dict.fromkeys(labels))
+        return [_export_problem(e) for e in entry.get("breaks", ()) if e["kind"] in EXPORT_KINDS]
 
     @property
     def exported_modes(self) -> tuple[str, ...]:
@@ -274,15 +282,25 @@ def _modes(event: Mapping[str, Any]) -> list[str]:
     return [m for m in str(event.get("detail") or "").split(" and ") if m in MODES]
 
 
-def _export_label(event: Mapping[str, Any]) -> str:
-    """A problem of an exported program as its cell and the breakdown name it: the gb id (or
-    the exception) of a failed mode, with the modes; the finding; the dimension and whether it
-    came out static or narrowed; the disagreement; the host sync's op."""
+#: The breakdown's class of a dimension's problem, by the word its label starts with.
+_DIM_CLASSES = {
+    "narrowed": "dimension narrowed",
+    "static": "dimension made static",
+    "rejects sizes": "dimension kept dynamic but sizes in its range rejected",
+}
+
+
+def _export_problem(event: Mapping[str, Any]) -> tuple[str, str]:
+    """A problem of an exported program as ``(class, label)``: the label is its cell (the gb
+    id or exception of a failed mode, the finding, the dimension and whether it came out
+    static, narrowed or rejecting sizes, the disagreement, the host sync's op, with the
+    modes), the class the breakdown counts (the label without the dimension or op)."""
     kind, name = event["kind"], event.get("gb_type", "")
     modes = " and ".join(_modes(event))
     where = f" ({modes})" if modes else ""
     if kind == "export_error":
-        return f"{event.get('gb_id') or name}{where}"
+        label = f"{event.get('gb_id') or name}{where}"
+        return label, label
     if kind == "specialized_dim":
         reason = event.get("reason", "")
         how = (
@@ -292,24 +310,10 @@ def _export_label(event: Mapping[str, Any]) -> str:
             if REJECTED_WORDS in reason
             else "static"
         )
-        return f"{how}: {name}{where}"
+        return _DIM_CLASSES[how], f"{how}: {name}{where}"
     if kind == "export_sync":
-        return f"host sync: {name}{where}"
-    return f"{name}{where}"
-
-
-def _export_class(label: str) -> str:
-    """A label without its particulars (the dimension, the modes) for the breakdown."""
-    classes = {
-        "narrowed": "dimension narrowed",
-        "static": "dimension made static",
-        "rejects sizes": "dimension kept dynamic but sizes in its range rejected",
-        "host sync": "host sync",
-    }
-    for prefix, name in classes.items():
-        if label.startswith(prefix + ":"):
-            return name
-    return label
+        return "host sync", f"host sync: {name}{where}"
+    return f"{name}{where}", f"{name}{where}"
 
 
 def _reason_key(text: str) -> str:
@@ -523,9 +527,7 @@ def _export_summary(built: Sequence[Row]) -> list[str]:
             f"- exported programs lowered and run on the DUT: **{len(lowered)}**, all MACs on "
             f"the DUT: **{whole}** ({share} of their MACs)"
         )
-    kinds = collections.Counter(
-        kind for row in checked for kind in {_export_class(p) for p in row.export_problems}
-    )
+    kinds = collections.Counter(kind for row in checked for kind in row.export_classes)
     if kinds:
         lines += ["", "Most common export problems (models with each):", ""]
         lines += [f"- {count} × {kind}" for kind, count in kinds.most_common(8)]

@@ -170,8 +170,9 @@ class _Checker:
         self.report = ExportReport()
         #: (input name, dim) -> the finding, expression and location of the first guard on it.
         self.guards: dict[tuple[str, int], tuple[BreakEvent, str, Location]] = {}
-        #: ids of the programs that reject a size inside their own dynamic range.
-        self.rejecting: set[int] = set()
+        #: Per program (by id), the inputs of one more size inside its dynamic range that it
+        #: ran on; ``None`` when it has no dynamic dimension or rejected them.
+        self.second: dict[int, tuple[tuple[Any, ...], dict[str, Any]] | None] = {}
 
     def run(self, modes: Sequence[str], *, draft: bool) -> ExportReport:
         report = self.report
@@ -463,8 +464,8 @@ class _Checker:
         report = self.report
         report.lowered = lowered = lower_exported(report.program, device=device)
         runs = [(self.args, self.kwargs)]
-        second = self._second_inputs(report.program)
-        if second is not None and id(report.program) not in self.rejecting:
+        second = self.second.get(id(report.program))
+        if second is not None:
             runs.append(second)
         # Lazy: keeps torch out of the plugin's import until a test needs it.
         from pytest_nobreak.watch import dynamo
@@ -553,7 +554,7 @@ class _Checker:
         }
         found: dict[str, tuple[BreakEvent, list[str]]] = {}
         for mode, program in self.report.programs.items():
-            second = self._second_inputs(program)
+            second = self.second[id(program)] = self._second_inputs(program)
             if second is None:
                 continue
             args, kwargs = second
@@ -561,7 +562,7 @@ class _Checker:
                 with torch.no_grad():
                     program.module()(*args, **kwargs)
             except Exception as exc:  # the program's own guard, or a kernel's shape check
-                self.rejecting.add(id(program))
+                self.second[id(program)] = None
                 shapes = [
                     tuple(t.shape) for t in [*args, *kwargs.values()] if isinstance(t, torch.Tensor)
                 ]

@@ -191,13 +191,29 @@ def test_item(nobreak_export):
     )
 
 
-def test_a_dimension_specialized_by_a_shape_test_is_named(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize(
+    ("batch", "why"),
+    [
+        (4, "*why: declared dynamic (Dim.AUTO), exported static: 4 by the guard Eq(*, 4)"),
+        # At batch 3 the shape test `== 4` only adds `!= 4`: the range stays [2, inf] and the
+        # program looks dynamic, but rejects 4, the size the check tries next.
+        (
+            3,
+            "*why: exported dynamic, but the program rejects inputs [[](4, 8)[]] inside its "
+            "range by the guard Ne(*, 4): Guard failed: *",
+        ),
+    ],
+    ids=["made_static", "rejecting_a_size_in_its_range"],
+)
+def test_a_dimension_specialized_by_a_shape_test_is_named_at_the_guard(
+    pytester: pytest.Pytester, batch: int, why: str
+) -> None:
     result = run(
         pytester,
-        """
+        f"""
 @pytest.mark.no_graph_break
 def test_auto(nobreak_export):
-    nobreak_export(m.ShapeTest(), (torch.randn(4, 8),), dynamic_shapes=({0: Dim.AUTO},))
+    nobreak_export(m.ShapeTest(), (torch.randn({batch}, 8),), dynamic_shapes=({{0: Dim.AUTO}},))
 """,
         "--nobreak-json=r.json",
     )
@@ -207,7 +223,7 @@ def test_auto(nobreak_export):
             "*1 problem (*export_problems=1, specialized_dims=1*",
             "*1. dynamic dimension specialized: args[[]0[]] dim 0 (Dim.AUTO)",
             f"*at export_models.py:{LINES['shape']}  >  if x.shape[[]0[]] == 4:*",
-            "*why: declared dynamic (Dim.AUTO), exported static: 4 by the guard Eq(*, 4)",
+            why,
             "*mode: non-strict and strict",
         ]
     )
@@ -216,35 +232,6 @@ def test_auto(nobreak_export):
     (entry,) = record["breaks"]
     assert entry["kind"] == "specialized_dim"
     assert entry["line"] == LINES["shape"]
-
-
-def test_a_size_the_program_rejects_inside_its_range_is_named_at_the_guard(
-    pytester: pytest.Pytester,
-) -> None:
-    # At batch 3 the shape test `== 4` only adds `!= 4`: the range stays [2, inf] and the
-    # program looks dynamic, but rejects 4, the size the check tries next.
-    result = run(
-        pytester,
-        """
-@pytest.mark.no_graph_break
-def test_auto(nobreak_export):
-    nobreak_export(m.ShapeTest(), (torch.randn(3, 8),), dynamic_shapes=({0: Dim.AUTO},))
-""",
-        "--nobreak-json=r.json",
-    )
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(
-        [
-            "*1 problem (*export_problems=1, specialized_dims=1*",
-            "*1. dynamic dimension specialized: args[[]0[]] dim 0 (Dim.AUTO)",
-            f"*at export_models.py:{LINES['shape']}  >  if x.shape[[]0[]] == 4:*",
-            "*why: exported dynamic, but the program rejects inputs [[](4, 8)[]] inside its range "
-            "by the guard Ne(*, 4): Guard failed: *",
-            "*mode: non-strict and strict",
-        ]
-    )
-    (entry,) = only_record(pytester)["breaks"]
-    assert (entry["kind"], entry["line"]) == ("specialized_dim", LINES["shape"])
 
 
 def test_a_named_dim_that_export_specializes_fails_and_is_named(
