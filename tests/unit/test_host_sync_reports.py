@@ -532,13 +532,13 @@ def test_the_zoo_has_a_syncs_column_and_a_sync_is_not_a_break() -> None:
     assert rows["m.py:synced"].sync_ops == ["Tensor.item"]
     lines = render_zoo(report).splitlines()
     assert "| model | graph | recompiles | syncs | DUT share of MACs | host ops left | cycles " \
-        "| utilization |" in lines  # fmt: skip
+        "| utilization | exports |" in lines  # fmt: skip
     table = [line for line in lines if line.startswith("| `")]
     assert [line.split(" | ")[:4] for line in table[:3]] == [
         ["| `m.py:clean`", "whole", "0", "0"],
         ["| `m.py:old`", "whole", "0", "-"],  # a report from before host syncs
         ["| `m.py:synced`", "whole", "0", "2"],
     ]
-    assert table[-1] == "| `m.py:unbuilt` | not built: skipped | | | | | | |"
+    assert table[-1] == "| `m.py:unbuilt` | not built: skipped | | | | | | | |"
     assert "- 1 × host syncs: Tensor.item" in lines
     assert "- compile whole (no graph break, no eager fallback): **3**" in lines
