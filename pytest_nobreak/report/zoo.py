@@ -378,10 +378,16 @@ def breakdown(rows: Sequence[Row]) -> list[tuple[int, str, list[tuple[int, str]]
                 why = "fail on_dut otherwise"
             classes["compile whole but are not all on the DUT"][why] += 1
     return [
-        (sum(counts.values()), name, [(n, sub) for sub, n in counts.most_common()])
+        (sum(counts.values()), name, [(n, sub) for sub, n in _ranked(counts)])
         for name, counts in classes.items()
         if counts
     ]
+
+
+def _ranked(counts: collections.Counter[str], top: int | None = None) -> list[tuple[str, int]]:
+    """Most common first, ties by name: ``Counter.most_common`` keeps insertion order for ties,
+    which follows set iteration and so the hash seed, and the page must not change per run."""
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:top]
 
 
 def _peak(device: str) -> int | None:
@@ -442,7 +448,7 @@ def render_zoo(report: Mapping[str, Any]) -> str:
         lines.append("")
     if rest:
         lines += ["Most common reasons for the rest:", ""]
-        lines += [f"- {count} × {reason}" for reason, count in rest.most_common(12)]
+        lines += [f"- {count} × {reason}" for reason, count in _ranked(rest, 12)]
         lines.append("")
     lines += [
         "`graph`: whole, or the gb ids of the breaks and eager fallbacks, then why a check failed "
@@ -530,7 +536,7 @@ def _export_summary(built: Sequence[Row]) -> list[str]:
     kinds = collections.Counter(kind for row in checked for kind in row.export_classes)
     if kinds:
         lines += ["", "Most common export problems (models with each):", ""]
-        lines += [f"- {count} × {kind}" for kind, count in kinds.most_common(8)]
+        lines += [f"- {count} × {kind}" for kind, count in _ranked(kinds, 8)]
     return lines
 
 
