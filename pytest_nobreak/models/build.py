@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -34,6 +35,7 @@ from pytest_nobreak.models.hf import (
     check_hf,
     first_line,
     hf_inputs,
+    hf_layouts,
     hf_main_input,
 )
 from pytest_nobreak.models.spec import InputSpec, ModelSpec, SpecError, parse_spec
@@ -168,14 +170,11 @@ def build(
 ) -> BuiltModel:
     """Build the model and run it once eagerly (the fp32 reference). Raises
     :class:`BuildSkip` when it cannot be built or run; a factory's own error propagates."""
+    if spec.kind == "hf" and not given:
+        return _build_hf(spec)
     if spec.kind == "hf":
         module = build_hf(spec.target, spec.attr)
-        hf = module
-        make = (
-            _given_maker(given, module, hf=True)
-            if given
-            else lambda b, s: ((), hf_inputs(hf, b, s))
-        )
+        make = _given_maker(given, module, hf=True)
         inferred = False
     else:
         assert factory is not None
@@ -202,6 +201,45 @@ def build(
         ) from None
     built.reference = out
     return built
+
+
+def _build_hf(spec: ModelSpec) -> BuiltModel:
+    """The ``hf:`` model of the first shrink (:data:`~.hf.SHRINKS`) that builds and runs
+    eagerly; when none does, the first one's reason (the others are fallbacks)."""
+    first: BuildSkip | None = None
+    for shrinker in hf_models.SHRINKS:
+        try:
+            return _first_layout(build_hf(spec.target, spec.attr, shrinker))
+        except BuildSkip as exc:
+            first = first or exc
+    assert first is not None
+    raise first
+
+
+def _first_layout(module: nn.Module) -> BuiltModel:
+    """The ``hf:`` model with the first of its input layouts its eager forward accepts; when
+    none does, the first layout's error is the reason (the others are fallbacks)."""
+    first: Exception | None = None
+    for layout in range(hf_layouts(module)):
+        built = BuiltModel(module, functools.partial(_hf_call, module, layout), torch.empty(0))
+        try:
+            args, kwargs = built.inputs()
+            with torch.no_grad():
+                built.reference = first_tensor(module(*args, **kwargs))
+        except BuildSkip:
+            raise
+        except Exception as exc:
+            first = first or exc
+            continue
+        return built
+    assert first is not None
+    raise BuildSkip(f"eager forward failed: {first_line(first)}") from None
+
+
+def _hf_call(
+    module: nn.Module, layout: int, batch: int, seq: int
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    return (), hf_inputs(module, batch, seq, layout)
 
 
 def _call_seeded(factory: Callable[[], Any]) -> Any:

@@ -2,9 +2,9 @@
 
 No download: the model is built from its config class's defaults, shrunk by :func:`shrink`
 (2 layers, hidden size 64, 4 heads (2 key/value heads), FFN 128, vocabulary 128, 128 positions,
-4 experts (2 per token), 32x32 images in 8x8 patches, 32 audio positions, at most 2 stages of
-1 block for staged vision models), in eval mode. Imported only when a ``--nobreak-model`` is
-given: it imports ``transformers`` and torch.
+4 experts (2 per token), 32x32 images in 8x8 patches, 4 video frames, 32 audio positions, at
+most 2 stages of 1 block for staged vision models), in eval mode. Imported only when a
+``--nobreak-model`` is given: it imports ``transformers`` and torch.
 """
 
 from __future__ import annotations
@@ -21,14 +21,17 @@ from pytest_nobreak.models.spec import SpecError
 
 __all__ = [
     "HF_MAIN_INPUTS",
+    "SHRINKS",
     "TASKS",
     "BuildSkip",
     "build_hf",
     "check_hf",
     "first_line",
     "hf_inputs",
+    "hf_layouts",
     "hf_main_input",
     "hf_set",
+    "shallow",
     "shrink",
 ]
 
@@ -55,7 +58,7 @@ SET_TASKS = {
 }
 #: The shrunk sizes (one source: the docs quote this module's docstring).
 LAYERS, HIDDEN, HEADS, KV_HEADS, FFN, VOCAB, POSITIONS = 2, 64, 4, 2, 128, 128, 128
-EXPERTS, EXPERTS_PER_TOKEN, IMAGE, PATCH, AUDIO_POSITIONS = 4, 2, 32, 8, 32
+EXPERTS, EXPERTS_PER_TOKEN, IMAGE, PATCH, AUDIO_POSITIONS, FRAMES = 4, 2, 32, 8, 32, 4
 _SET = {
     **dict.fromkeys(
         (
@@ -102,7 +105,12 @@ _SET = {
     "max_source_positions": AUDIO_POSITIONS,
     **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts"), EXPERTS),
     "num_experts_per_tok": EXPERTS_PER_TOKEN,
+    # Grouped routing picks groups of experts first: one group holds the 4 left.
+    **dict.fromkeys(("n_group", "num_expert_group", "topk_group"), 1),
+    # Dense layers before the first MoE one: with 2 layers, the second is MoE.
+    "first_k_dense_replace": 1,
     "image_size": IMAGE,
+    "num_frames": FRAMES,
     "patch_size": PATCH,
 }
 _LAYER_KEYS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers")
@@ -189,10 +197,19 @@ def shrink(values: dict[str, Any]) -> dict[str, Any]:
             out[key] = shrink(value)
         elif key in _SET and isinstance(value, int) and not isinstance(value, bool):
             out[key] = min(value, _SET[key]) if key != "num_key_value_heads" else KV_HEADS
-    if isinstance(values.get("head_dim"), int):
+    if values.get("num_key_value_heads") == values.get("num_attention_heads") is not None:
+        out["num_key_value_heads"] = out["num_attention_heads"]  # no grouped queries: none made
+    head_dim = values.get("head_dim")
+    if isinstance(head_dim, int):
         hidden, heads = out.get("hidden_size", HIDDEN), out.get("num_attention_heads", HEADS)
         out["head_dim"] = max(hidden // max(heads, 1), 1)
     _follow(values, out)
+    _scale_head_dims(values, out)
+    if isinstance(head_dim, int) and head_dim == values.get("qk_rope_head_dim"):
+        out["head_dim"] = out["qk_rope_head_dim"]  # latent attention's head_dim is its rope part
+    if isinstance(values.get("image_size"), int) and isinstance(values.get("window_size"), int):
+        # A window wider than the shrunk patch grid pads every stage to it; 2 divides them all.
+        out["window_size"] = min(values["window_size"], 2)
     depths = values.get("depths") or []
     if staged:
         # Staged models (Swin, ConvNeXt, ResNet): keep 2 stages of 1 block; every per-stage
@@ -205,18 +222,90 @@ def shrink(values: dict[str, Any]) -> dict[str, Any]:
             out["num_stages"] = 2
     for key in ("out_features", "out_indices", "stage_names"):
         out.pop(key, None)  # a backbone's outputs, derived from its stages: recomputed
-    vocab = out.get("vocab_size")
-    if isinstance(vocab, int):
-        for key in _TOKEN_IDS:
-            token = out.get(key)
-            if isinstance(token, int) and token >= vocab:
-                out[key] = vocab - 1
+    embed = values.get("embed_dim")
+    # A staged model's width doubles per stage: its final width follows the kept stages.
+    if (
+        staged
+        and isinstance(embed, int)
+        and values.get("hidden_size") == embed * 2 ** (len(depths) - 1)
+    ):
+        out["hidden_size"] = values["embed_dim"] * 2 ** (len(out["depths"]) - 1)
+    _remap_token_ids(out, out.get("vocab_size"))
     return out
+
+
+def _remap_token_ids(out: dict[str, Any], vocab: Any) -> None:
+    """Token ids beyond the shrunk vocabulary (special, image and audio placeholder tokens)
+    move to its top, each to an id of its own and in their old order, so a model that splices
+    features in at its placeholders still finds each one."""
+    text = out.get("text_config")
+    if not isinstance(vocab, int) and isinstance(text, dict):
+        vocab = text.get("vocab_size")
+    if not isinstance(vocab, int) or vocab < 8:
+        return
+    keys = [
+        key
+        for key, value in out.items()
+        if (key in _TOKEN_IDS or key.endswith(("_token_id", "_token_index")))
+        and isinstance(value, int)
+        and not isinstance(value, bool)
+        and value >= vocab
+    ]
+    placeholders = sorted((k for k in keys if k not in _TOKEN_IDS), key=lambda k: (out[k], k))
+    for key in keys:
+        if key in _TOKEN_IDS:
+            out[key] = vocab - 1  # pad/bos/eos may share an id: the last one is theirs
+    for rank, key in enumerate(placeholders):
+        out[key] = vocab - 1 - len(placeholders) + rank
+    for value in out.values():
+        if isinstance(value, dict) and "model_type" in value and "vocab_size" not in value:
+            _remap_token_ids(value, vocab)
+
+
+#: Per-head sizes of attention variants (latent attention's rope/nope/value parts, a
+#: partial rotary embedding's width).
+_HEAD_DIM_SUFFIXES = ("head_dim", "rotary_dim")
+_HIDDEN_KEYS = ("hidden_size", "d_model", "n_embd")
+_HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads")
+#: Low-rank projections, sized against the hidden size.
+_RANK_SUFFIX = "_rank"
+
+
+def _scale_head_dims(values: dict[str, Any], out: dict[str, Any]) -> None:
+    """Per-head sizes (``qk_rope_head_dim``, ``v_head_dim``, ...) shrink by the factor the head
+    dimension did, and low-rank sizes (``kv_lora_rank``) by the hidden size's, each a power of
+    two so their sums and splits stay whole."""
+    hidden_key = next((k for k in _HIDDEN_KEYS if isinstance(values.get(k), int)), "")
+    heads_key = next((k for k in _HEAD_KEYS if isinstance(values.get(k), int)), "")
+    got = (values.get(hidden_key), out.get(hidden_key), values.get(heads_key), out.get(heads_key))
+    sizes = [v for v in got if isinstance(v, int) and v > 0]
+    if len(sizes) < len(got):
+        return
+    old_hidden, new_hidden, old_heads, new_heads = sizes
+    old_head = values.get("head_dim") or old_hidden // old_heads
+    new_head = out.get("head_dim") or new_hidden // new_heads
+    head_factor = _power_of_two(old_head / max(new_head, 1))
+    hidden_factor = _power_of_two(old_hidden / new_hidden)
+    for key, value in values.items():
+        if not isinstance(value, int) or isinstance(value, bool) or key == "head_dim":
+            continue
+        if key.endswith(_HEAD_DIM_SUFFIXES) and head_factor > 1:
+            out[key] = max(value // head_factor, 2)
+        elif key.endswith(_RANK_SUFFIX) and value >= 16 and hidden_factor > 1:
+            out[key] = max(value // hidden_factor, 16)
+
+
+def _power_of_two(ratio: float) -> int:
+    """The largest power of two not above ``ratio`` (1 for a ratio below 2)."""
+    factor = 1
+    while factor * 2 <= ratio:
+        factor *= 2
+    return factor
 
 
 def _follow(values: dict[str, Any], out: dict[str, Any]) -> None:
     """Make the sizes tied to a shrunk one follow it (see :func:`shrink`)."""
-    for hidden_key in ("hidden_size", "d_model", "n_embd"):
+    for hidden_key in _HIDDEN_KEYS:
         old, new = values.get(hidden_key), out.get(hidden_key)
         if isinstance(old, int) and isinstance(new, int) and new != old:
             break
@@ -242,7 +331,7 @@ def _follow(values: dict[str, Any], out: dict[str, Any]) -> None:
 
 
 def _sizeish(key: str) -> bool:
-    return any(part in key for part in ("dim", "size", "hidden", "width", "channels"))
+    return any(part in key for part in ("dim", "size", "hidden", "width", "channels", "groups"))
 
 
 def _class(names: Mapping[str, Any], model_type: str) -> Any:
@@ -257,13 +346,53 @@ def _class(names: Mapping[str, Any], model_type: str) -> Any:
         raise BuildSkip(f"transformers cannot import {name}: {first_line(exc)}") from None
 
 
-def build_hf(model_type: str, task: str) -> nn.Module:
+def shallow(values: dict[str, Any]) -> dict[str, Any]:
+    """A config dict with only its depth, vocabulary and expert counts shrunk (widths kept):
+    the fallback for a config whose widths :func:`shrink` cannot narrow consistently. Lists and
+    dicts with one entry per layer keep their first layers; staged models keep every stage, of
+    one block each."""
+    out = dict(values)
+    for key, value in values.items():
+        if isinstance(value, dict) and "model_type" in value:
+            out[key] = shallow(value)
+        elif key in _SHALLOW and isinstance(value, int) and not isinstance(value, bool):
+            out[key] = min(value, _SET[key])
+    layers_key = next((k for k in _LAYER_KEYS if isinstance(values.get(k), int)), None)
+    if layers_key:
+        old, new = values[layers_key], out[layers_key]
+        for key, value in values.items():
+            if key in _SHALLOW or isinstance(value, bool):
+                continue
+            if isinstance(value, list) and len(value) == old > 2:
+                out[key] = value[:new]
+            elif isinstance(value, dict) and value and all(str(k).isdigit() for k in value):
+                out[key] = {k: v for k, v in value.items() if int(k) < new}
+    if isinstance(values.get("depths"), list):
+        out["depths"] = [1] * len(values["depths"])
+    _remap_token_ids(out, out.get("vocab_size"))
+    return out
+
+
+#: How :func:`build_hf` shrinks a config, in the order tried: narrow, then shallow.
+SHRINKS: tuple[Callable[[dict[str, Any]], dict[str, Any]], ...] = (shrink, shallow)
+_SHALLOW = {
+    key
+    for key, value in _SET.items()
+    if value == LAYERS or key in ("vocab_size", "num_experts_per_tok") or "expert" in key
+}
+
+
+def build_hf(
+    model_type: str,
+    task: str,
+    shrinker: Callable[[dict[str, Any]], dict[str, Any]] = shrink,
+) -> nn.Module:
     """The shrunk model in eval mode, weights from seed 0. Raises :class:`BuildSkip`."""
     modeling, configuration = _auto()
     config_cls = _class(configuration.CONFIG_MAPPING_NAMES, model_type)
     model_cls = _class(getattr(modeling, TASKS[task]), model_type)
     try:
-        config = config_cls.from_dict(shrink(config_cls().to_dict()))
+        config = config_cls.from_dict(shrinker(config_cls().to_dict()))
     except Exception as exc:
         raise BuildSkip(f"its config cannot be shrunk: {first_line(exc)}") from None
     try:
@@ -307,10 +436,12 @@ def _sub(config: Any, attr: str, default: Any) -> Any:
     return default
 
 
-def hf_inputs(model: nn.Module, batch: int, seq: int) -> dict[str, Any]:
+def hf_inputs(model: nn.Module, batch: int, seq: int, layout: int = 0) -> dict[str, Any]:
     """Inputs for ``model(**inputs)`` inferred from its main input and config: token ids (and
-    an attention mask), pixel values, audio features or waveforms, and decoder token ids for an
-    encoder-decoder. Raises :class:`BuildSkip` for a main input it cannot make."""
+    an attention mask), pixel values (images or video frames), audio features or waveforms,
+    time series, and decoder token ids for an encoder-decoder. ``layout`` picks one of the
+    :func:`hf_layouts` ways to shape the main input. Raises :class:`BuildSkip` for a main
+    input it cannot make."""
     config = model.config
     main = getattr(model, "main_input_name", "input_ids")
     params = inspect.signature(model.forward).parameters
@@ -320,18 +451,27 @@ def hf_inputs(model: nn.Module, batch: int, seq: int) -> dict[str, Any]:
         raise BuildSkip(
             f"cannot infer its main input {main!r}; give --nobreak-model-inputs (e.g. {first}=2x16)"
         )
-    inputs: dict[str, Any] = {main: make(config, batch, seq)}
+    inputs: dict[str, Any] = {main: make(config, batch, seq)[layout]}
     if main == "input_ids" and "attention_mask" in params:
         inputs["attention_mask"] = torch.ones(batch, seq, dtype=torch.long)
     if main == "input_ids" and "pixel_values" in params and not _has_image_tokens(config):
         # A dual encoder (CLIP-like) takes an image beside the text; a model that splices
         # image features into the text at placeholder tokens is checked on text alone.
-        inputs["pixel_values"] = _pixels(config, batch, seq)
+        inputs["pixel_values"] = _pixels(config, batch, seq)[0]
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in params:
-        inputs["decoder_input_ids"] = _ids(config, batch, seq)
+        inputs["decoder_input_ids"] = _ids(config, batch, seq)[0]
     if "use_cache" in params:
         inputs["use_cache"] = False  # one forward pass, not a KV cache being filled
     return inputs
+
+
+def hf_layouts(model: nn.Module) -> int:
+    """How many ways :func:`hf_inputs` has to shape the model's main input (a waveform with or
+    without its channel axis, features as mel bins by frames or frames by mel bins, ...): the
+    build takes the first one its eager forward accepts."""
+    main = getattr(model, "main_input_name", "input_ids")
+    make = _MAKERS.get(main) if isinstance(main, str) else None
+    return len(make(model.config, 1, 1)) if make else 1
 
 
 def hf_main_input(model_type: str, task: str) -> str:
@@ -347,40 +487,65 @@ def _has_image_tokens(config: Any) -> bool:
     )
 
 
-def _ids(config: Any, batch: int, seq: int) -> torch.Tensor:
+def _ids(config: Any, batch: int, seq: int) -> list[torch.Tensor]:
     vocab = int(_sub(config, "vocab_size", VOCAB))
     # Low ids only: special tokens (image, audio placeholders) sit at the top of a vocabulary.
-    return torch.randint(1, max(vocab // 2, 2), (batch, seq))
+    return [torch.randint(1, max(vocab // 2, 2), (batch, seq))]
 
 
-def _pixels(config: Any, batch: int, seq: int) -> torch.Tensor:
+def _pixels(config: Any, batch: int, seq: int) -> list[torch.Tensor]:
     size = _sub(config, "image_size", IMAGE)
     h, w = (size, size) if isinstance(size, int) else tuple(size)[:2]
     channels = int(_sub(config, "num_channels", 3))
-    return torch.randn(batch, channels, int(h), int(w))
+    image = torch.randn(batch, channels, int(h), int(w))
+    frames = _sub(config, "num_frames", None)
+    if not isinstance(frames, int):
+        return [image]
+    # A video model: frames (shrunk to FRAMES) of that image, frame axis second.
+    video = torch.randn(batch, frames, channels, int(h), int(w))
+    return [image, video, video.transpose(1, 2)]
 
 
-def _features(config: Any, batch: int, seq: int) -> torch.Tensor:
+def _videos(config: Any, batch: int, seq: int) -> list[torch.Tensor]:
+    return _pixels(config, batch, seq)[1:] or [
+        torch.randn(batch, FRAMES, int(_sub(config, "num_channels", 3)), IMAGE, IMAGE)
+    ]
+
+
+def _features(config: Any, batch: int, seq: int) -> list[torch.Tensor]:
     mels = _sub(config, "num_mel_bins", None)
     if mels is not None:
-        # Whisper-like: the encoder checks frames == 2 * max_source_positions.
+        # Whisper-like: the encoder checks frames == 2 * max_source_positions; conformers
+        # (Parakeet, Canary) take frames by mel bins.
         frames = 2 * int(_sub(config, "max_source_positions", seq))
-        return torch.randn(batch, int(mels), frames)
+        return [torch.randn(batch, int(mels), frames), torch.randn(batch, 4 * seq, int(mels))]
     per_channel = int(_sub(config, "input_feat_per_channel", _sub(config, "feature_size", 80)))
     channels = int(_sub(config, "input_channels", 1))
-    return torch.randn(batch, 4 * seq, per_channel * channels)
+    return [torch.randn(batch, 4 * seq, per_channel * channels)]
 
 
-def _values(config: Any, batch: int, seq: int) -> torch.Tensor:
-    # A waveform: wav2vec2-style feature encoders downsample by 320.
-    return torch.randn(batch, 320 * seq)
+def _values(config: Any, batch: int, seq: int) -> list[torch.Tensor]:
+    # A waveform: wav2vec2-style feature encoders downsample by 320; codecs (EnCodec, Mimi)
+    # take a channel axis.
+    wave = torch.randn(batch, 320 * seq)
+    channels = int(_sub(config, "audio_channels", 1))
+    return [wave, torch.randn(batch, channels, 320 * seq)]
+
+
+def _series(config: Any, batch: int, seq: int) -> list[torch.Tensor]:
+    # A time series' past: its context length of steps, one value per input channel.
+    length = int(_sub(config, "context_length", 4 * seq))
+    channels = int(_sub(config, "num_input_channels", 1))
+    return [torch.randn(batch, length, channels), torch.randn(batch, length)]
 
 
 #: The main inputs :func:`hf_inputs` can make.
-HF_MAIN_INPUTS = ("input_ids", "pixel_values", "input_features", "input_values")
-_MAKERS: dict[str, Callable[[Any, int, int], torch.Tensor]] = {
+_MAKERS: dict[str, Callable[[Any, int, int], list[torch.Tensor]]] = {
     "input_ids": _ids,
     "pixel_values": _pixels,
+    "pixel_values_videos": _videos,
     "input_features": _features,
     "input_values": _values,
+    "past_values": _series,
 }
+HF_MAIN_INPUTS = tuple(_MAKERS)
