@@ -30,14 +30,13 @@ from torch import nn
 from pytest_nobreak.models import hf as hf_models
 from pytest_nobreak.models.hf import (
     HF_MAIN_INPUTS,
-    BuildSkip,
     build_hf,
     check_hf,
-    first_line,
     hf_inputs,
     hf_layouts,
     hf_main_input,
 )
+from pytest_nobreak.models.skips import BuildSkip, first_line
 from pytest_nobreak.models.spec import InputSpec, ModelSpec, SpecError, parse_spec
 
 __all__ = [

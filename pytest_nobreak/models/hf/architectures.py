@@ -1,0 +1,140 @@
+"""The ``transformers`` architectures: tasks, sweeps, and building one shrunk, in eval mode."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from pytest_nobreak.models.hf.shrink import shrink
+from pytest_nobreak.models.skips import BuildSkip, first_line
+from pytest_nobreak.models.spec import SpecError
+
+__all__ = ["MAX_PARAMS", "SET_TASKS", "TASKS", "build_hf", "check_hf", "hf_main_input", "hf_set"]
+
+#: Task names for ``hf:<model_type>:<task>``, and the auto-mapping that names their class.
+TASKS = {
+    "": "MODEL_MAPPING_NAMES",
+    "causal-lm": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+    "masked-lm": "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+    "seq2seq-lm": "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+    "sequence-classification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+    "token-classification": "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",
+    "question-answering": "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",
+    "image-classification": "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+    "speech-seq2seq": "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES",
+    "ctc": "MODEL_FOR_CTC_MAPPING_NAMES",
+    "audio-classification": "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",
+}
+#: The named sweeps: each is the model types of one task mapping, built with that task's head.
+SET_TASKS = {
+    "*": ("",),
+    "llm": ("causal-lm",),
+    "vision": ("image-classification",),
+    "audio": ("ctc", "audio-classification", "speech-seq2seq"),
+}
+#: A model still bigger than this after shrinking is skipped (its config defies the rules):
+#: building and compiling it would take most of the per-model time limit.
+MAX_PARAMS = 20_000_000
+
+
+def _auto() -> Any:
+    try:
+        # Lazy: transformers is an optional extra: imported when an hf: model is built.
+        from transformers.models.auto import configuration_auto, modeling_auto
+    except ImportError as exc:
+        raise SpecError(
+            f"--nobreak-model hf:...: needs transformers, which cannot be imported ({exc}); "
+            "pip install transformers"
+        ) from None
+    return modeling_auto, configuration_auto
+
+
+def check_hf(model_type: str, task: str) -> str | None:
+    """A one-line problem with ``hf:<model_type>[:<task>]`` (what to write), or ``None``."""
+    modeling, configuration = _auto()
+    if task not in TASKS:
+        return f"unknown task {task!r}; tasks: {', '.join(t for t in TASKS if t)}"
+    if model_type not in configuration.CONFIG_MAPPING_NAMES:
+        close = difflib.get_close_matches(model_type, configuration.CONFIG_MAPPING_NAMES, n=3)
+        hint = f" (did you mean {', '.join('hf:' + c for c in close)}?)" if close else ""
+        return f"transformers {_version()} has no model type {model_type!r}{hint}"
+    if model_type not in getattr(modeling, TASKS[task]):
+        tasks = [
+            t or "(base)" for t, names in TASKS.items() if model_type in getattr(modeling, names)
+        ]
+        return (
+            f"{model_type} has no {task or 'base'} model; its tasks: "
+            f"{', '.join(tasks) or 'none this plugin knows'}"
+        )
+    return None
+
+
+def hf_set(name: str) -> list[str]:
+    """The SPECs ``hf:<name>`` expands to, sorted (every xdist worker collects the same)."""
+    modeling, _ = _auto()
+    specs = set()
+    for task in SET_TASKS[name]:
+        for model_type in getattr(modeling, TASKS[task]):
+            specs.add(f"hf:{model_type}" + (f":{task}" if task else ""))
+    return sorted(specs)
+
+
+def _version() -> str:
+    # Lazy: transformers is an optional extra: imported when an hf: model is built.
+    import transformers
+
+    return str(transformers.__version__)
+
+
+def _class(names: Mapping[str, Any], model_type: str) -> Any:
+    # Lazy: transformers is an optional extra: imported when an hf: model is built.
+    import transformers
+
+    name = names[model_type]
+    name = name[0] if isinstance(name, (list, tuple)) else name
+    try:
+        return getattr(transformers, name)
+    except (ImportError, AttributeError) as exc:
+        raise BuildSkip(f"transformers cannot import {name}: {first_line(exc)}") from None
+
+
+def build_hf(
+    model_type: str,
+    task: str,
+    shrinker: Callable[[dict[str, Any]], dict[str, Any]] = shrink,
+) -> nn.Module:
+    """The shrunk model in eval mode, weights from seed 0. Raises :class:`BuildSkip`."""
+    modeling, configuration = _auto()
+    config_cls = _class(configuration.CONFIG_MAPPING_NAMES, model_type)
+    model_cls = _class(getattr(modeling, TASKS[task]), model_type)
+    try:
+        config = config_cls.from_dict(shrinker(config_cls().to_dict()))
+    except Exception as exc:
+        raise BuildSkip(f"its config cannot be shrunk: {first_line(exc)}") from None
+    try:
+        with torch.device("meta"):  # count the parameters before allocating them
+            params = sum(p.numel() for p in model_cls(config).parameters())
+        if params > MAX_PARAMS:
+            raise BuildSkip(
+                f"still {params / 1e6:.0f}M parameters after shrinking (limit "
+                f"{MAX_PARAMS / 1e6:.0f}M)"
+            )
+        torch.manual_seed(0)
+        model = model_cls(config)
+    except BuildSkip:
+        raise
+    except Exception as exc:
+        raise BuildSkip(f"{model_cls.__name__} cannot be built: {first_line(exc)}") from None
+    built: nn.Module = model.eval()
+    return built
+
+
+def hf_main_input(model_type: str, task: str) -> str:
+    """The name of the main input of the model class (``input_ids``, ``pixel_values``, ...),
+    without building it. Raises :class:`BuildSkip` when the class cannot be imported."""
+    modeling, _ = _auto()
+    return str(getattr(_class(getattr(modeling, TASKS[task]), model_type), "main_input_name", ""))
