@@ -1,7 +1,7 @@
 """``hf:<model_type>[:<task>]``: a ``transformers`` architecture, shrunk, with random weights.
 
 No download: the model is built from its config class's defaults, shrunk to a few million
-parameters (:mod:`.shrink` lists the sizes), in eval mode, with inputs inferred from its main
+parameters (:mod:`.shrinking` lists the sizes), in eval mode, with inputs inferred from its main
 input and config (:mod:`.inputs`). Imported only when a ``--nobreak-model`` is given: it
 imports ``transformers`` and torch.
 """
@@ -16,7 +16,7 @@ from pytest_nobreak.models.hf.architectures import (
     hf_set,
 )
 from pytest_nobreak.models.hf.inputs import HF_MAIN_INPUTS, hf_inputs, hf_layouts
-from pytest_nobreak.models.hf.shrink import SHRINKS, shallow, shrink
+from pytest_nobreak.models.hf.shrinking import SHRINKS, shallow, shrink
 from pytest_nobreak.models.skips import BuildSkip, first_line
 
 __all__ = [

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pytest_nobreak.models.hf.shrink import shrink
+from pytest_nobreak.models.hf.shrinking import shrink
 from pytest_nobreak.models.skips import BuildSkip, first_line
 from pytest_nobreak.models.spec import SpecError
 

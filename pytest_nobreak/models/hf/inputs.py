@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pytest_nobreak.models.hf.shrink import FRAMES, IMAGE, VOCAB
+from pytest_nobreak.models.hf.shrinking import FRAMES, IMAGE, VOCAB
 from pytest_nobreak.models.skips import BuildSkip
 
 __all__ = ["HF_MAIN_INPUTS", "hf_inputs", "hf_layouts"]
