@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import difflib
+import inspect
+import re
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -112,7 +116,9 @@ def build_hf(
     config_cls = _class(configuration.CONFIG_MAPPING_NAMES, model_type)
     model_cls = _class(getattr(modeling, TASKS[task]), model_type)
     try:
-        config = config_cls.from_dict(shrinker(config_cls().to_dict()))
+        values = config_cls().to_dict()
+        _state_rope_sections(values, model_cls)
+        config = config_cls.from_dict(shrinker(values))
     except Exception as exc:
         raise BuildSkip(f"its config cannot be shrunk: {first_line(exc)}") from None
     try:
@@ -131,6 +137,29 @@ def build_hf(
         raise BuildSkip(f"{model_cls.__name__} cannot be built: {first_line(exc)}") from None
     built: nn.Module = model.eval()
     return built
+
+
+#: A modeling file's own multimodal rotary sections, used when the config has none.
+_ROPE_SECTIONS = re.compile(r"""get\(["']mrope_section["'], (\[[\d, ]+\])\)""")
+
+
+def _state_rope_sections(values: dict[str, Any], model_cls: Any) -> None:
+    """Write into the config the rotary sections its model falls back to when the config has
+    none (Qwen2-VL's ``[16, 24, 24]``): they split half a head, so the shrink must see them to
+    shrink them with the head."""
+    module = sys.modules.get(getattr(model_cls, "__module__", ""))
+    try:
+        found = _ROPE_SECTIONS.search(inspect.getsource(module)) if module else None
+    except (OSError, TypeError):
+        return
+    if found is None:
+        return
+    sections = ast.literal_eval(found.group(1))
+    configs = [values, *(v for v in values.values() if isinstance(v, dict) and "model_type" in v)]
+    for config in configs:
+        rope = config.get("rope_parameters")
+        if isinstance(rope, dict) and "mrope_section" not in rope:
+            config["rope_parameters"] = {**rope, "mrope_section": sections}
 
 
 def hf_main_input(model_type: str, task: str) -> str:

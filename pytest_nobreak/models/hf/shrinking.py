@@ -10,6 +10,7 @@ config dicts: no torch, no transformers.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,8 @@ __all__ = [
     "IMAGE",
     "SHRINKS",
     "VOCAB",
+    "first_layers",
+    "proportional",
     "shallow",
     "shrink",
 ]
@@ -26,20 +29,20 @@ __all__ = [
 #: The shrunk sizes (one source: the docs quote this module's docstring).
 LAYERS, HIDDEN, HEADS, KV_HEADS, FFN, VOCAB, POSITIONS = 2, 64, 4, 2, 128, 128, 128
 EXPERTS, EXPERTS_PER_TOKEN, IMAGE, PATCH, AUDIO_POSITIONS, FRAMES = 4, 2, 32, 8, 32, 4
+#: Depths: of a stack of layers, of an encoder or a decoder, of a vision tower's blocks.
+_DEPTH_KEYS = (
+    "num_hidden_layers",
+    "num_layers",
+    "n_layer",
+    "n_layers",
+    "depth",
+    "encoder_layers",
+    "decoder_layers",
+    "num_encoder_layers",
+    "num_decoder_layers",
+)
 _SET = {
-    **dict.fromkeys(
-        (
-            "num_hidden_layers",
-            "num_layers",
-            "n_layer",
-            "n_layers",
-            "encoder_layers",
-            "decoder_layers",
-            "num_encoder_layers",
-            "num_decoder_layers",
-        ),
-        LAYERS,
-    ),
+    **dict.fromkeys(_DEPTH_KEYS, LAYERS),
     **dict.fromkeys(("hidden_size", "d_model", "n_embd", "embed_dim", "dim"), HIDDEN),
     **dict.fromkeys(
         (
@@ -71,7 +74,10 @@ _SET = {
     # Whisper-like encoders take exactly 2x this many audio frames.
     "max_source_positions": AUDIO_POSITIONS,
     **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts"), EXPERTS),
-    "num_experts_per_tok": EXPERTS_PER_TOKEN,
+    **dict.fromkeys(
+        ("num_experts_per_tok", "num_experts_per_token", "moe_top_k", "moe_topk"),
+        EXPERTS_PER_TOKEN,
+    ),
     # Grouped routing picks groups of experts first: one group holds the 4 left.
     **dict.fromkeys(("n_group", "num_expert_group", "topk_group"), 1),
     # Dense layers before the first MoE one: with 2 layers, the second is MoE.
@@ -80,7 +86,7 @@ _SET = {
     "num_frames": FRAMES,
     "patch_size": PATCH,
 }
-_LAYER_KEYS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers")
+_LAYER_KEYS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "depth")
 _TOKEN_IDS = (
     "pad_token_id",
     "bos_token_id",
@@ -90,7 +96,7 @@ _TOKEN_IDS = (
 )
 
 
-def shrink(values: dict[str, Any]) -> dict[str, Any]:
+def shrink(values: dict[str, Any], *, every_kind: bool = True) -> dict[str, Any]:
     """A config dict (``to_dict()``) shrunk by the rules in the module docstring, recursively
     into sub-configs (``text_config``, ``vision_config``, ``encoder``, ...).
 
@@ -104,7 +110,7 @@ def shrink(values: dict[str, Any]) -> dict[str, Any]:
         if staged and key in ("embed_dim", "hidden_size"):
             continue  # per-stage head counts must keep dividing the stage widths
         if isinstance(value, dict) and "model_type" in value:
-            out[key] = shrink(value)
+            out[key] = shrink(value, every_kind=every_kind)
         elif key in _SET and isinstance(value, int) and not isinstance(value, bool):
             out[key] = min(value, _SET[key]) if key != "num_key_value_heads" else KV_HEADS
     if values.get("num_key_value_heads") == values.get("num_attention_heads") is not None:
@@ -113,8 +119,9 @@ def shrink(values: dict[str, Any]) -> dict[str, Any]:
     if isinstance(head_dim, int):
         hidden, heads = out.get("hidden_size", HIDDEN), out.get("num_attention_heads", HEADS)
         out["head_dim"] = max(hidden // max(heads, 1), 1)
-    _follow(values, out)
+    _follow(values, out, every_kind)
     _scale_head_dims(values, out)
+    _ssm_heads(values, out)
     if isinstance(head_dim, int) and head_dim == values.get("qk_rope_head_dim"):
         out["head_dim"] = out["qk_rope_head_dim"]  # latent attention's head_dim is its rope part
     if isinstance(values.get("image_size"), int) and isinstance(values.get("window_size"), int):
@@ -174,7 +181,7 @@ def _remap_token_ids(out: dict[str, Any], vocab: Any) -> None:
 
 #: Per-head sizes of attention variants (latent attention's rope/nope/value parts, a
 #: partial rotary embedding's width).
-_HEAD_DIM_SUFFIXES = ("head_dim", "rotary_dim")
+_HEAD_DIM_SUFFIXES = ("head_dim", "rotary_dim", "d_head")
 _HIDDEN_KEYS = ("hidden_size", "d_model", "n_embd")
 _HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads")
 #: Low-rank projections, sized against the hidden size.
@@ -205,6 +212,37 @@ def _scale_head_dims(values: dict[str, Any], out: dict[str, Any]) -> None:
             out[key] = max(value // hidden_factor, 16)
 
 
+#: A state-space mixer's heads, head width and expansion: heads x width = expand x hidden.
+_SSM_HEADS = (
+    ("mamba_n_heads", "mamba_d_head", "mamba_expand"),
+    ("n_mamba_heads", "mamba_headdim", "mamba_expand"),
+    ("mamba_num_heads", "mamba_head_dim", "expand"),
+    ("num_heads", "head_dim", "expand"),
+)
+#: Heads of a shrunk state-space mixer.
+SSM_HEADS = 8
+
+
+def _ssm_heads(values: dict[str, Any], out: dict[str, Any]) -> None:
+    """A Mamba-2 mixer's heads times their width is the expanded hidden size: keep that true."""
+    hidden, old_hidden = out.get("hidden_size"), values.get("hidden_size")
+    for heads_key, width_key, expand_key in _SSM_HEADS:
+        found = [values.get(k) for k in (heads_key, width_key, expand_key)]
+        sizes = [v for v in (*found, hidden, old_hidden) if type(v) is int and v > 0]
+        if len(sizes) < 5:
+            continue
+        heads, width, expand, new_hidden, old = sizes
+        if heads * width != expand * old:
+            continue
+        new_heads = min(int(out[heads_key]), SSM_HEADS, expand * new_hidden)
+        out[heads_key], out[width_key] = new_heads, expand * new_hidden // new_heads
+        for key in ("n_groups", "mamba_n_groups", "mamba_ngroups"):
+            groups = values.get(key)
+            if type(groups) is int and groups > 0:
+                out[key] = math.gcd(groups, new_heads)  # groups of heads share a state
+        return
+
+
 def _power_of_two(ratio: float) -> int:
     """The largest power of two not above ``ratio`` (1 for a ratio below 2)."""
     factor = 1
@@ -213,7 +251,7 @@ def _power_of_two(ratio: float) -> int:
     return factor
 
 
-def _follow(values: dict[str, Any], out: dict[str, Any]) -> None:
+def _follow(values: dict[str, Any], out: dict[str, Any], every_kind: bool) -> None:
     """Make the sizes tied to a shrunk one follow it (see :func:`shrink`)."""
     for hidden_key in _HIDDEN_KEYS:
         old, new = values.get(hidden_key), out.get(hidden_key)
@@ -221,27 +259,111 @@ def _follow(values: dict[str, Any], out: dict[str, Any]) -> None:
             break
     else:
         old = new = None
-    layers_key = next((k for k in _LAYER_KEYS if isinstance(values.get(k), int)), None)
-    old_layers = values.get(layers_key) if layers_key else None
-    new_layers = out.get(layers_key) if layers_key else None
     for key, value in values.items():
         if key in _SET or isinstance(value, bool):
             continue
         if old is not None and isinstance(value, int) and value == old and _sizeish(key):
             out[key] = new
-        elif old_layers and isinstance(value, list) and len(value) == old_layers > 2:
-            out[key] = value[:new_layers]
-        elif (
-            old_layers
-            and isinstance(value, dict)
-            and value
-            and all(isinstance(k, (int, str)) and str(k).isdigit() for k in value)
-        ):
-            out[key] = {k: v for k, v in value.items() if int(k) < int(new_layers or LAYERS)}
+    _cut_layers(values, out, every_kind)
+    _scale_rope_sections(values, out)
+
+
+def _cut_layers(values: dict[str, Any], out: dict[str, Any], every_kind: bool = True) -> None:
+    """Per-layer entries follow the cut in depth: the layers kept are the first ones, plus the
+    first of each kind ``layer_types`` names (a hybrid keeps an attention layer, a model with
+    indexed layers one of those; the depth grows to hold them). A list with one entry per layer
+    keeps the kept layers' entries, a dict keyed by layer index their entries, renumbered; a
+    list of layer indices (``index_layers``, ``kv_source_layers``) points at the kept layers."""
+    layers_key = next((k for k in _LAYER_KEYS if isinstance(values.get(k), int)), None)
+    if layers_key is None or out.get(layers_key) == values[layers_key]:
+        return
+    old = values[layers_key]
+    new = min(int(out[layers_key]), old)
+    kept: set[int] = set()
+    kinds = values.get("layer_types")
+    if every_kind and isinstance(kinds, list) and len(kinds) == old:
+        kept = {kinds.index(kind) for kind in dict.fromkeys(map(str, kinds))}
+    kept |= set(range(old)[: max(new - len(kept), 0)])
+    for layer in range(old):  # the first free ones, up to the depth asked for
+        if len(kept) >= new:
+            break
+        kept.add(layer)
+    order = sorted(kept)
+    out[layers_key] = len(order)
+    where = {layer: rank for rank, layer in enumerate(order)}
+    for key, value in values.items():
+        if key in _SET or isinstance(value, bool):
+            continue
+        if isinstance(value, list) and len(value) == old > 2:
+            picked = [value[i] for i in order]
+            out[key] = _pointing(key, picked, where) if _is_layer_list(key, value, old) else picked
+        elif isinstance(value, dict) and value and all(str(k).isdigit() for k in value):
+            out[key] = {type(k)(where[int(k)]): v for k, v in value.items() if int(k) in where}
+        elif _is_layer_list(key, value, old):
+            out[key] = _pointing(key, value, where)
+
+
+def _is_layer_list(key: str, value: Any, layers: int) -> bool:
+    """A list of layer indices (``moe_layers``, ``index_layers``, ``kv_source_layers``), not of
+    per-layer flags (``no_rope_layers``): with one entry per layer, each entry points at its
+    own layer or an earlier one."""
+    if not ("layer" in key and isinstance(value, list) and value):
+        return False
+    if not all(type(v) is int and 0 <= v < layers for v in value):
+        return False
+    return len(value) != layers or all(v <= i for i, v in enumerate(value))
+
+
+def _pointing(key: str, indices: list[int], where: dict[int, int]) -> list[int]:
+    """Layer indices mapped to the kept layers': those not kept dropped (a list that would be
+    left empty points at the nearest kept layer instead)."""
+    mapped = [where[i] for i in indices if i in where]
+    if mapped or not indices:
+        return mapped
+    nearest = min(where, key=lambda layer: abs(layer - indices[0]))
+    return [where[nearest]]
+
+
+def _scale_rope_sections(values: dict[str, Any], out: dict[str, Any]) -> None:
+    """Multimodal rotary sections (``mrope_section``: time, height, width) split half a head:
+    they keep their proportions and sum to half the shrunk head."""
+    for key in ("rope_parameters", "rope_scaling"):
+        rope = values.get(key)
+        if not isinstance(rope, dict):
+            continue
+        sections = rope.get("mrope_section")
+        if not (isinstance(sections, list) and sections and all(type(v) is int for v in sections)):
+            continue
+        old_half, new_half = sum(sections), _half_head(out)
+        if new_half is None or new_half == old_half or new_half < len(sections):
+            continue
+        scaled = [max(v * new_half // old_half, 1) for v in sections]
+        scaled[0] += new_half - sum(scaled)
+        out[key] = {**rope, "mrope_section": scaled}
+
+
+def _half_head(out: dict[str, Any]) -> int | None:
+    """Half the rotary part of a head of the shrunk config."""
+    for key in ("qk_rope_head_dim", "head_dim"):
+        value = out.get(key)
+        if isinstance(value, int) and value > 1:
+            return value // 2
+    hidden = next((out[k] for k in _HIDDEN_KEYS if isinstance(out.get(k), int)), None)
+    heads = next((out[k] for k in _HEAD_KEYS if isinstance(out.get(k), int)), None)
+    if hidden and heads:
+        return int(hidden) // int(heads) // 2
+    return None
 
 
 def _sizeish(key: str) -> bool:
     return any(part in key for part in ("dim", "size", "hidden", "width", "channels", "groups"))
+
+
+def first_layers(values: dict[str, Any]) -> dict[str, Any]:
+    """:func:`shrink`, keeping only the first layers even when ``layer_types`` names kinds they
+    lack (a kind that cannot be built from the config's defaults, such as an indexed attention
+    layer whose token budget is unset)."""
+    return shrink(values, every_kind=False)
 
 
 def shallow(values: dict[str, Any]) -> dict[str, Any]:
@@ -255,26 +377,139 @@ def shallow(values: dict[str, Any]) -> dict[str, Any]:
             out[key] = shallow(value)
         elif key in _SHALLOW and isinstance(value, int) and not isinstance(value, bool):
             out[key] = min(value, _SET[key])
-    layers_key = next((k for k in _LAYER_KEYS if isinstance(values.get(k), int)), None)
-    if layers_key:
-        old, new = values[layers_key], out[layers_key]
-        for key, value in values.items():
-            if key in _SHALLOW or isinstance(value, bool):
-                continue
-            if isinstance(value, list) and len(value) == old > 2:
-                out[key] = value[:new]
-            elif isinstance(value, dict) and value and all(str(k).isdigit() for k in value):
-                out[key] = {k: v for k, v in value.items() if int(k) < new}
+    _cut_layers(values, out)
+    _scale_rope_sections(values, out)
+    if any(out.get(k) != values.get(k) for k in _LAYER_KEYS):
+        for key in ("out_features", "out_indices", "stage_names"):
+            out.pop(key, None)  # a backbone's outputs, derived from its stages: recomputed
     if isinstance(values.get("depths"), list):
         out["depths"] = [1] * len(values["depths"])
     _remap_token_ids(out, out.get("vocab_size"))
     return out
 
 
-#: How :func:`build_hf` shrinks a config, in the order tried: narrow, then shallow.
-SHRINKS: tuple[Callable[[dict[str, Any]], dict[str, Any]], ...] = (shrink, shallow)
-_SHALLOW = {
-    key
-    for key, value in _SET.items()
-    if value == LAYERS or key in ("vocab_size", "num_experts_per_tok") or "expert" in key
-}
+def proportional(values: dict[str, Any]) -> dict[str, Any]:
+    """:func:`shallow`, then every width divided by one power of two (the same for the whole
+    config and its sub-configs), so sums, splits and ratios between widths stay whole: the
+    fallback for a config too big when shallow and too intricate for :func:`shrink`. Counts
+    (heads, experts, groups of heads), spatial sizes and input features keep their values;
+    every vocabulary is cut to :data:`VOCAB`."""
+    out = shallow(values)
+    factor = _width_factor(values)
+    _cut_vocabularies(out)
+    if factor > 1:
+        _divide_widths(out, factor)
+    return out
+
+
+#: Parts of a key that name a width (of a hidden state, a projection, a channel stack).
+_WIDTH_PARTS = ("hidden", "dim", "width", "channels", "intermediate", "ffn", "_rank", "n_embd")
+_WIDTH_KEYS = ("d_model", "d_ff", "n_inner", "embed_dim", "emb_dim", "d_inner", "d_kv")
+#: Parts of a key that name something else that happens to be a size: spatial and temporal
+#: extents, counts, input features the data fixes, token ids.
+_NOT_WIDTH = (
+    "image",
+    "patch",
+    "kernel",
+    "window",
+    "stride",
+    "position",
+    "max_",
+    "vocab",
+    "num_channels",
+    "in_channels",
+    "input_channels",
+    "out_channels",
+    "mel",
+    "feature_size",
+    "sampling",
+    "hop",
+    "token",
+    "pool",
+    "frame",
+    "sample",
+    "chunk",
+    "context",
+    "bucket",
+    "grid",
+    "spatial",
+    "temporal",
+    "num_",
+    "layers",
+    "_id",
+)
+
+
+def _is_width(key: str) -> bool:
+    if key in _WIDTH_KEYS:
+        return True
+    return any(p in key for p in _WIDTH_PARTS) and not any(p in key for p in _NOT_WIDTH)
+
+
+def _width_factor(values: dict[str, Any]) -> int:
+    """The largest power of two that brings the widest hidden size towards :data:`HIDDEN` while
+    every head keeps at least 16 dimensions (rotary sections split a head in three)."""
+    hidden = _first_int(values, (*_HIDDEN_KEYS, "embed_dim", "emb_dim", "dim"))
+    if hidden is None:
+        return 1
+    heads = _first_int(values, _HEAD_KEYS) or 1
+    head = _first_int(values, ("head_dim",)) or max(hidden // heads, 1)
+    return max(min(_power_of_two(hidden / HIDDEN), _power_of_two(head / 16)), 1)
+
+
+def _first_int(values: dict[str, Any], keys: tuple[str, ...]) -> int | None:
+    """The first of ``keys`` that is an int here, else in the text sub-config."""
+    for where in (values, values.get("text_config")):
+        if isinstance(where, dict):
+            for key in keys:
+                value = where.get(key)
+                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                    return value
+    return None
+
+
+def _divide_widths(out: dict[str, Any], factor: int) -> None:
+    for key, value in list(out.items()):
+        if isinstance(value, dict):
+            if key in ("rope_parameters", "rope_scaling") and "mrope_section" in value:
+                sections = value["mrope_section"]
+                value = dict(value, mrope_section=[_divided(v, factor) for v in sections])
+                out[key] = value
+            elif "model_type" in value or key.endswith("_config"):
+                out[key] = dict(value)
+                _divide_widths(out[key], factor)
+        elif not _is_width(key):
+            continue
+        elif isinstance(value, int) and not isinstance(value, bool):
+            out[key] = _divided(value, factor)
+        elif isinstance(value, list) and value and all(type(v) is int for v in value):
+            out[key] = [_divided(v, factor) for v in value]
+
+
+def _divided(value: int, factor: int) -> int:
+    """``value / factor`` when that is whole and at least 2, else by the largest power of two
+    that is (an odd size stays: it is a count or a fixed size, not a width)."""
+    while factor > 1 and (value % factor or value // factor < 2):
+        factor //= 2
+    return value // factor
+
+
+def _cut_vocabularies(out: dict[str, Any]) -> None:
+    for key, value in list(out.items()):
+        if isinstance(value, dict) and ("model_type" in value or key.endswith("_config")):
+            out[key] = dict(value)
+            _cut_vocabularies(out[key])
+        elif "vocab" in key and isinstance(value, int) and not isinstance(value, bool):
+            out[key] = min(value, VOCAB)
+    _remap_token_ids(out, out.get("vocab_size"))
+
+
+#: How :func:`build_hf` shrinks a config, in the order tried: narrow; shallow; shallow with
+#: every width divided alike; narrow to the first layers only.
+SHRINKS: tuple[Callable[[dict[str, Any]], dict[str, Any]], ...] = (
+    shrink,
+    shallow,
+    proportional,
+    first_layers,
+)
+_SHALLOW = {key for key in _SET if key in _DEPTH_KEYS or key == "vocab_size" or "expert" in key}

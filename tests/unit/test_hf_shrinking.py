@@ -1,0 +1,154 @@
+"""The rules that shrink a ``transformers`` config (``pytest_nobreak.models.hf.shrinking``), on
+config dicts, and the architectures each rule brought into the zoo, built and run eagerly.
+
+Each dict test holds one rule: the per-layer lists and layer indices that follow a cut in
+depth, the multimodal rotary sections that follow the head, a Mamba-2 mixer's heads, the
+proportional fallback's widths, and the shallow fallback's untouched widths.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_nobreak.models.hf.shrinking import (
+    HIDDEN,
+    SSM_HEADS,
+    VOCAB,
+    first_layers,
+    proportional,
+    shallow,
+    shrink,
+)
+
+LLAMA_LIKE = {
+    "model_type": "toy",
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 11008,
+    "vocab_size": 32000,
+}
+
+
+def test_a_hybrid_keeps_one_layer_of_each_kind_and_its_per_layer_entries() -> None:
+    kinds = ["linear_attention"] * 3 + ["full_attention"]
+    values = {
+        **LLAMA_LIKE,
+        "num_hidden_layers": 8,
+        "layer_types": kinds * 2,
+        "mlp_types": ["dense", "dense", "moe", "moe", "moe", "moe", "moe", "moe"],
+        "no_rope_layers": [1, 1, 1, 0, 1, 1, 1, 0],  # flags, not layer indices
+        "moe_layers": [2, 3, 4, 5, 6, 7],  # layer indices
+        "kv_source_layers": [0, 1, 2, 3, 4, 5, 3, 7],  # layer 6 reads layer 3's keys
+    }
+    out = shrink(values)
+    # Layers 0 and 3: the first of each kind, in order; the depth is theirs.
+    assert out["num_hidden_layers"] == 2
+    assert out["layer_types"] == ["linear_attention", "full_attention"]
+    assert out["mlp_types"] == ["dense", "moe"]
+    assert out["no_rope_layers"] == [1, 0]
+    assert out["moe_layers"] == [1]  # layer 3 is now layer 1; the others are gone
+    assert out["kv_source_layers"] == [0, 1]
+
+
+def test_first_layers_keeps_the_first_layers_whatever_their_kinds() -> None:
+    values = {
+        **LLAMA_LIKE,
+        "num_hidden_layers": 4,
+        "layer_types": ["linear_attention"] * 3 + ["indexed_attention"],
+    }
+    assert first_layers(values)["layer_types"] == ["linear_attention"] * 2
+
+
+def test_layer_indices_of_a_model_whose_kinds_fit_point_at_the_kept_layers() -> None:
+    values = {**LLAMA_LIKE, "num_hidden_layers": 30, "index_layers": [4, 14, 19, 29]}
+    # No kept layer is indexed: the list points at the nearest one instead of none.
+    assert shrink(values)["index_layers"] == [1]
+
+
+def test_multimodal_rotary_sections_keep_summing_to_half_the_head() -> None:
+    values = {
+        **LLAMA_LIKE,
+        "num_hidden_layers": 4,
+        "rope_parameters": {"rope_type": "default", "mrope_section": [16, 24, 24]},
+    }
+    out = shrink(values)
+    head = out["hidden_size"] // out["num_attention_heads"]
+    sections = out["rope_parameters"]["mrope_section"]
+    assert sum(sections) == head // 2
+    assert sections == [2, 3, 3]
+    assert out["rope_parameters"]["rope_type"] == "default"
+
+
+@pytest.mark.parametrize(
+    ("heads", "width", "expand"),
+    [
+        ("mamba_n_heads", "mamba_d_head", "mamba_expand"),  # Bamba, GraniteMoeHybrid
+        ("num_heads", "head_dim", "expand"),  # Mamba-2
+    ],
+)
+def test_a_mamba2_mixers_heads_times_their_width_stays_the_expanded_hidden_size(
+    heads: str, width: str, expand: str
+) -> None:
+    values = {**LLAMA_LIKE, "num_hidden_layers": 4, heads: 128, width: 64, expand: 2}
+    values["n_groups"] = 8
+    out = shrink(values)
+    assert out[heads] <= SSM_HEADS
+    assert out[heads] * out[width] == out[expand] * out["hidden_size"] == 2 * HIDDEN
+    assert out[heads] % out["n_groups"] == 0  # each group of heads shares a state
+
+
+def test_a_per_head_size_follows_the_head() -> None:
+    values = {"model_type": "xlnet", "d_model": 1024, "n_head": 16, "d_head": 64, "n_layer": 24}
+    out = shrink(values)
+    assert out["d_head"] == out["d_model"] // out["n_head"]
+
+
+def test_shallow_cuts_depth_vocabulary_and_experts_and_keeps_every_width() -> None:
+    values = {**LLAMA_LIKE, "num_hidden_layers": 32, "num_local_experts": 8}
+    out = shallow(values)
+    assert (out["num_hidden_layers"], out["vocab_size"], out["num_local_experts"]) == (2, VOCAB, 4)
+    for key in ("hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size"):
+        assert out[key] == values[key]
+
+
+def test_proportional_divides_every_width_alike_and_keeps_counts() -> None:
+    values = {
+        **LLAMA_LIKE,
+        "num_hidden_layers": 32,
+        "emb_dim": 4096,
+        "entity_vocab_size": 500_000,
+        "vision_config": {"model_type": "toy_vision", "hidden_size": 1024, "num_heads": 16},
+        "image_size": 224,
+        "num_channels": 3,
+    }
+    out = proportional(values)
+    # Heads of 128 dims keep 16: 4096 / 8.
+    assert out["hidden_size"] == out["emb_dim"] == 512
+    assert out["intermediate_size"] == 11008 // 8
+    assert out["vision_config"]["hidden_size"] == 128
+    assert (out["num_attention_heads"], out["vision_config"]["num_heads"]) == (32, 16)
+    assert (out["image_size"], out["num_channels"]) == (224, 3)
+    assert out["vocab_size"] == out["entity_vocab_size"] == VOCAB
+    assert out["num_hidden_layers"] == 2
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "hf:qwen2_vl_text",  # rotary sections its modeling file holds, not its config
+        "hf:olmo_hybrid",  # a validator asking for an attention layer among the kept ones
+        "hf:bamba",  # Mamba-2 heads
+        "hf:mamba2",  # Mamba-2 heads in groups
+        "hf:xlnet",  # d_head
+        "hf:dots3_note_text",  # only its first layers build
+        "hf:glm4v_text",  # rotary sections in a config
+    ],
+)
+def test_architectures_the_rules_bring_in_build_and_run(spec: str) -> None:
+    pytest.importorskip("transformers")
+    from pytest_nobreak.models.build import build
+    from pytest_nobreak.models.spec import parse_spec
+
+    built = build(parse_spec(spec), None, ())
+    assert built.reference.numel() > 0
