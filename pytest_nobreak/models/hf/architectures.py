@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import importlib.util
 import inspect
 import re
 import sys
@@ -118,6 +119,7 @@ def build_hf(
     try:
         values = config_cls().to_dict()
         _state_rope_sections(values, model_cls)
+        _native_backbones(values, configuration)
         config = config_cls.from_dict(shrinker(values))
     except Exception as exc:
         raise BuildSkip(f"its config cannot be shrunk: {first_line(exc)}") from None
@@ -160,6 +162,28 @@ def _state_rope_sections(values: dict[str, Any], model_cls: Any) -> None:
         rope = config.get("rope_parameters")
         if isinstance(rope, dict) and "mrope_section" not in rope:
             config["rope_parameters"] = {**rope, "mrope_section": sections}
+
+
+#: The ``transformers`` architecture of a timm backbone, by the start of its timm name.
+_NATIVE = {"resnet": "resnet", "swin": "swin", "convnext": "convnext"}
+
+
+def _native_backbones(values: dict[str, Any], configuration: Any) -> None:
+    """A timm backbone (DETR's ResNet-50) becomes the same backbone from ``transformers``
+    when timm cannot be imported (it needs torchvision, which does not import beside every
+    torch): the model is the same up to its backbone's implementation."""
+    if importlib.util.find_spec("timm") is not None:
+        return
+    for key, sub in list(values.items()):
+        if not (isinstance(sub, dict) and sub.get("model_type") == "timm_backbone"):
+            continue
+        name = str(sub.get("backbone") or "")
+        native = next((t for prefix, t in _NATIVE.items() if name.startswith(prefix)), None)
+        if native is None:
+            continue
+        values[key] = configuration.CONFIG_MAPPING[native]().to_dict()
+        if "use_timm_backbone" in values:
+            values["use_timm_backbone"] = False
 
 
 def hf_main_input(model_type: str, task: str) -> str:

@@ -104,6 +104,7 @@ def shrink(values: dict[str, Any], *, every_kind: bool = True) -> dict[str, Any]
     ``embedding_size``) becomes the new one, a list with one entry per layer (``layer_types``)
     or per stage keeps its first entries, a dict keyed by layer index its first layers.
     """
+    values = _unset_filled(values)
     out = dict(values)
     staged = isinstance(values.get("depths"), list) and len(values["depths"]) > 2
     for key, value in values.items():
@@ -148,6 +149,39 @@ def shrink(values: dict[str, Any], *, every_kind: bool = True) -> dict[str, Any]
     ):
         out["hidden_size"] = values["embed_dim"] * 2 ** (len(out["depths"]) - 1)
     _remap_token_ids(out, out.get("vocab_size"))
+    return out
+
+
+#: Sizes some configs leave unset by default (``None``) though their model needs them: what
+#: a released checkpoint of the architecture sets, before shrinking.
+_UNSET = {
+    "vocab_size": VOCAB,
+    "n_routed_experts": EXPERTS,
+    "num_experts": EXPERTS,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": EXPERTS_PER_TOKEN,
+    "top_k_experts": EXPERTS_PER_TOKEN,
+    "n_group": 1,
+    "topk_group": 1,
+    "prediction_length": 8,  # time series: the steps forecast (its context defaults to it)
+}
+
+
+def _unset_filled(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with the sizes it leaves unset given: those of :data:`_UNSET`, the key/value
+    heads (as many as the query heads) and the head width (hidden size over heads)."""
+    unset = {key for key, value in values.items() if value is None}
+    if not unset:
+        return values
+    out = dict(values)
+    for key in unset & set(_UNSET):
+        out[key] = _UNSET[key]
+    hidden = next((values[k] for k in _HIDDEN_KEYS if type(values.get(k)) is int), None)
+    heads = next((values[k] for k in _HEAD_KEYS if type(values.get(k)) is int), None)
+    if "num_key_value_heads" in unset and heads:
+        out["num_key_value_heads"] = heads
+    if "head_dim" in unset and hidden and heads:
+        out["head_dim"] = hidden // heads
     return out
 
 
@@ -371,6 +405,7 @@ def shallow(values: dict[str, Any]) -> dict[str, Any]:
     the fallback for a config whose widths :func:`shrink` cannot narrow consistently. Lists and
     dicts with one entry per layer keep their first layers; staged models keep every stage, of
     one block each."""
+    values = _unset_filled(values)
     out = dict(values)
     for key, value in values.items():
         if isinstance(value, dict) and "model_type" in value:
