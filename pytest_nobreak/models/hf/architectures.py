@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import difflib
 import importlib.util
 import inspect
@@ -118,7 +119,7 @@ def build_hf(
     model_cls = _class(getattr(modeling, TASKS[task]), model_type)
     try:
         values = config_cls().to_dict()
-        _state_rope_sections(values, model_cls)
+        _state_rope_sections(values, model_cls, modeling)
         _native_backbones(values, configuration)
         config = config_cls.from_dict(shrinker(values))
     except Exception as exc:
@@ -145,23 +146,31 @@ def build_hf(
 _ROPE_SECTIONS = re.compile(r"""get\(["']mrope_section["'], (\[[\d, ]+\])\)""")
 
 
-def _state_rope_sections(values: dict[str, Any], model_cls: Any) -> None:
+def _state_rope_sections(values: dict[str, Any], model_cls: Any, modeling: Any) -> None:
     """Write into the config the rotary sections its model falls back to when the config has
     none (Qwen2-VL's ``[16, 24, 24]``): they split half a head, so the shrink must see them to
-    shrink them with the head."""
+    shrink them with the head. A sub-config's sections are its own model's (GLM-4.6V's text
+    model is GLM-4V's)."""
+    models = [(values, model_cls)]
+    for sub in values.values():
+        if isinstance(sub, dict) and sub.get("model_type") in modeling.MODEL_MAPPING_NAMES:
+            with contextlib.suppress(BuildSkip):
+                models.append((sub, _class(modeling.MODEL_MAPPING_NAMES, sub["model_type"])))
+    for config, cls in models:
+        rope = config.get("rope_parameters")
+        if isinstance(rope, dict) and "mrope_section" not in rope:
+            sections = _code_rope_sections(cls)
+            if sections is not None:
+                config["rope_parameters"] = {**rope, "mrope_section": sections}
+
+
+def _code_rope_sections(model_cls: Any) -> list[int] | None:
     module = sys.modules.get(getattr(model_cls, "__module__", ""))
     try:
         found = _ROPE_SECTIONS.search(inspect.getsource(module)) if module else None
     except (OSError, TypeError):
-        return
-    if found is None:
-        return
-    sections = ast.literal_eval(found.group(1))
-    configs = [values, *(v for v in values.values() if isinstance(v, dict) and "model_type" in v)]
-    for config in configs:
-        rope = config.get("rope_parameters")
-        if isinstance(rope, dict) and "mrope_section" not in rope:
-            config["rope_parameters"] = {**rope, "mrope_section": sections}
+        return None
+    return list(ast.literal_eval(found.group(1))) if found else None
 
 
 #: The ``transformers`` architecture of a timm backbone, by the start of its timm name.

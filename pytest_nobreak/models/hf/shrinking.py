@@ -24,6 +24,7 @@ __all__ = [
     "proportional",
     "shallow",
     "shrink",
+    "slim",
 ]
 
 #: The shrunk sizes (one source: the docs quote this module's docstring).
@@ -423,18 +424,32 @@ def shallow(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def proportional(values: dict[str, Any]) -> dict[str, Any]:
+def proportional(values: dict[str, Any], *, finer: int = 1) -> dict[str, Any]:
     """:func:`shallow`, then every width divided by one power of two (the same for the whole
     config and its sub-configs), so sums, splits and ratios between widths stay whole: the
     fallback for a config too big when shallow and too intricate for :func:`shrink`. Counts
     (heads, experts, groups of heads), spatial sizes and input features keep their values;
-    every vocabulary is cut to :data:`VOCAB`."""
+    every vocabulary is cut to :data:`VOCAB`. ``finer`` divides the widths that much more."""
+    values = _unset_filled(values)
     out = shallow(values)
-    factor = _width_factor(values)
+    factor = _width_factor(values) * finer
     _cut_vocabularies(out)
     if factor > 1:
         _divide_widths(out, factor)
+        _follow_rope_sections(values, out)
     return out
+
+
+def slim(values: dict[str, Any]) -> dict[str, Any]:
+    """:func:`proportional` with widths four times narrower: for a config still too big."""
+    return proportional(values, finer=4)
+
+
+def _follow_rope_sections(values: dict[str, Any], out: dict[str, Any]) -> None:
+    _scale_rope_sections(values, out)
+    for key, value in values.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            _follow_rope_sections(value, out[key])
 
 
 #: Parts of a key that name a width (of a hidden state, a projection, a channel stack).
@@ -506,11 +521,7 @@ def _first_int(values: dict[str, Any], keys: tuple[str, ...]) -> int | None:
 def _divide_widths(out: dict[str, Any], factor: int) -> None:
     for key, value in list(out.items()):
         if isinstance(value, dict):
-            if key in ("rope_parameters", "rope_scaling") and "mrope_section" in value:
-                sections = value["mrope_section"]
-                value = dict(value, mrope_section=[_divided(v, factor) for v in sections])
-                out[key] = value
-            elif "model_type" in value or key.endswith("_config"):
+            if "model_type" in value or key.endswith("_config"):
                 out[key] = dict(value)
                 _divide_widths(out[key], factor)
         elif not _is_width(key):
@@ -540,11 +551,13 @@ def _cut_vocabularies(out: dict[str, Any]) -> None:
 
 
 #: How :func:`build_hf` shrinks a config, in the order tried: narrow; shallow; shallow with
-#: every width divided alike; narrow to the first layers only.
+#: every width divided alike; narrow to the first layers only; every width divided alike and
+#: narrower still.
 SHRINKS: tuple[Callable[[dict[str, Any]], dict[str, Any]], ...] = (
     shrink,
     shallow,
     proportional,
     first_layers,
+    slim,
 )
 _SHALLOW = {key for key in _SET if key in _DEPTH_KEYS or key == "vocab_size" or "expert" in key}
