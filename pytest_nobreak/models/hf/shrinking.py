@@ -41,6 +41,7 @@ _DEPTH_KEYS = (
     "decoder_layers",
     "num_encoder_layers",
     "num_decoder_layers",
+    "num_self_attends_per_block",  # Perceiver's latent transformer
 )
 _SET = {
     **dict.fromkeys(_DEPTH_KEYS, LAYERS),
@@ -74,6 +75,10 @@ _SET = {
     **dict.fromkeys(("max_position_embeddings", "max_target_positions"), POSITIONS),
     # Whisper-like encoders take exactly 2x this many audio frames.
     "max_source_positions": AUDIO_POSITIONS,
+    "d_latents": HIDDEN,  # Perceiver: its latents' width and count
+    "num_latents": 32,
+    # EfficientNet's compound scaling: the B0 network, which the per-stage lists describe.
+    **dict.fromkeys(("depth_coefficient", "width_coefficient"), 1),
     **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts"), EXPERTS),
     **dict.fromkeys(
         ("num_experts_per_tok", "num_experts_per_token", "moe_top_k", "moe_topk"),
@@ -129,6 +134,7 @@ def shrink(values: dict[str, Any], *, every_kind: bool = True) -> dict[str, Any]
     if isinstance(values.get("image_size"), int) and isinstance(values.get("window_size"), int):
         # A window wider than the shrunk patch grid pads every stage to it; 2 divides them all.
         out["window_size"] = min(values["window_size"], 2)
+    _one_block_per_stage(values, out)
     depths = values.get("depths") or []
     if staged:
         # Staged models (Swin, ConvNeXt, ResNet): keep 2 stages of 1 block; every per-stage
@@ -184,6 +190,22 @@ def _unset_filled(values: dict[str, Any]) -> dict[str, Any]:
     if "head_dim" in unset and hidden and heads:
         out["head_dim"] = hidden // heads
     return out
+
+
+#: Blocks per stage of a network whose stages the shrink keeps (EfficientNet, Hiera).
+_REPEATS = ("num_block_repeats", "blocks_per_stage")
+
+
+def _one_block_per_stage(values: dict[str, Any], out: dict[str, Any]) -> None:
+    """One block in each stage; block indices (Hiera's ``global_attention_blocks``) point at
+    the last block."""
+    for key in _REPEATS:
+        repeats = values.get(key)
+        if isinstance(repeats, list) and repeats and all(type(v) is int for v in repeats):
+            out[key] = [1] * len(repeats)
+            for other, blocks in values.items():
+                if other.endswith("_blocks") and isinstance(blocks, list) and blocks:
+                    out[other] = [len(repeats) - 1]
 
 
 def _remap_token_ids(out: dict[str, Any], vocab: Any) -> None:
