@@ -143,6 +143,9 @@ def test_proportional_divides_every_width_alike_and_keeps_counts() -> None:
         "hf:xlnet",  # d_head
         "hf:dots3_note_text",  # only its first layers build
         "hf:glm4v_text",  # rotary sections in a config
+        "hf:hy_v4_vl_text",  # rotary sections of the rope part of a latent-attention head
+        "hf:detr",  # a timm backbone built from transformers
+        "hf:dory",  # sections of the depth
     ],
 )
 def test_architectures_the_rules_bring_in_build_and_run(spec: str) -> None:
@@ -152,3 +155,43 @@ def test_architectures_the_rules_bring_in_build_and_run(spec: str) -> None:
 
     built = build(parse_spec(spec), None, ())
     assert built.reference.numel() > 0
+
+
+def test_sections_of_the_depth_keep_one_layer_each() -> None:
+    values = {
+        **LLAMA_LIKE,
+        "num_hidden_layers": 72,
+        "n_input_layers": 16,
+        "n_recurrent_layers": 40,
+        "n_output_layers": 16,
+        "layer_types": ["attention"] * 72,
+    }
+    out = shrink(values)
+    assert out["num_hidden_layers"] == 3
+    assert (out["n_input_layers"], out["n_recurrent_layers"], out["n_output_layers"]) == (1, 1, 1)
+    assert len(out["layer_types"]) == 3
+
+
+def test_a_size_given_per_layer_is_shrunk_per_layer() -> None:
+    values = {**LLAMA_LIKE, "num_hidden_layers": 35, "intermediate_size": [16384] * 35}
+    assert shrink(values)["intermediate_size"] == [128, 128]
+
+
+def test_a_size_tied_to_another_sub_configs_width_follows_it() -> None:
+    values = {
+        "model_type": "toy_multimodal",
+        "text_config": {**LLAMA_LIKE, "num_hidden_layers": 4},
+        "audio_config": {"model_type": "toy_audio", "hidden_size": 1024, "out_hidden_size": 4096},
+        "head_config": {"model_type": "toy_head", "audio_hidden_size": 1024},
+    }
+    out = shrink(values)
+    assert out["audio_config"]["out_hidden_size"] == out["text_config"]["hidden_size"] == HIDDEN
+    assert out["head_config"]["audio_hidden_size"] == out["audio_config"]["hidden_size"]
+
+
+def test_shallow_keeps_every_stage_of_a_staged_backbone() -> None:
+    values = {"model_type": "swin", "embed_dim": 128, "depths": [2, 2, 18, 2], "num_layers": 4}
+    values["out_features"] = ["stage1", "stage2", "stage3", "stage4"]
+    out = shallow(values)
+    assert (out["depths"], out["num_layers"]) == ([1, 1, 1, 1], 4)
+    assert out["out_features"] == values["out_features"]

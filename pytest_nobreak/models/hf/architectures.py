@@ -158,7 +158,7 @@ def _state_rope_sections(values: dict[str, Any], model_cls: Any, modeling: Any) 
                 models.append((sub, _class(modeling.MODEL_MAPPING_NAMES, sub["model_type"])))
     for config, cls in models:
         rope = config.get("rope_parameters")
-        if isinstance(rope, dict) and "mrope_section" not in rope:
+        if isinstance(rope, dict) and rope and "mrope_section" not in rope:
             sections = _code_rope_sections(cls)
             if sections is not None:
                 config["rope_parameters"] = {**rope, "mrope_section": sections}

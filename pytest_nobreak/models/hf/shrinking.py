@@ -120,6 +120,8 @@ def shrink(values: dict[str, Any], *, every_kind: bool = True) -> dict[str, Any]
             out[key] = shrink(value, every_kind=every_kind)
         elif key in _SET and isinstance(value, int) and not isinstance(value, bool):
             out[key] = min(value, _SET[key]) if key != "num_key_value_heads" else KV_HEADS
+        elif key in _SET and isinstance(value, list) and all(type(v) is int for v in value):
+            out[key] = [min(v, _SET[key]) for v in value]  # one per layer (Gemma 3n's FFNs)
     if values.get("num_key_value_heads") == values.get("num_attention_heads") is not None:
         out["num_key_value_heads"] = out["num_attention_heads"]  # no grouped queries: none made
     head_dim = values.get("head_dim")
@@ -131,10 +133,12 @@ def shrink(values: dict[str, Any], *, every_kind: bool = True) -> dict[str, Any]
     _ssm_heads(values, out)
     if isinstance(head_dim, int) and head_dim == values.get("qk_rope_head_dim"):
         out["head_dim"] = out["qk_rope_head_dim"]  # latent attention's head_dim is its rope part
+    _scale_rope_sections(values, out)
     if isinstance(values.get("image_size"), int) and isinstance(values.get("window_size"), int):
         # A window wider than the shrunk patch grid pads every stage to it; 2 divides them all.
         out["window_size"] = min(values["window_size"], 2)
     _one_block_per_stage(values, out)
+    _follow_across(values, out)
     depths = values.get("depths") or []
     if staged:
         # Staged models (Swin, ConvNeXt, ResNet): keep 2 stages of 1 block; every per-stage
@@ -322,7 +326,27 @@ def _follow(values: dict[str, Any], out: dict[str, Any], every_kind: bool) -> No
         if old is not None and isinstance(value, int) and value == old and _sizeish(key):
             out[key] = new
     _cut_layers(values, out, every_kind)
-    _scale_rope_sections(values, out)
+
+
+def _follow_across(values: dict[str, Any], out: dict[str, Any]) -> None:
+    """Sizes tied to another sub-config's hidden size follow it (an audio encoder's
+    ``out_hidden_size``, equal to the text model's width; a head's ``audio_hidden_size``,
+    equal to the audio encoder's). A size several sub-configs had is the text model's."""
+    subs = [k for k, v in values.items() if isinstance(v, dict) and "model_type" in v]
+    subs.sort(key=lambda k: k != "text_config")
+    sizes: dict[int, int] = {}
+    for sub in subs:
+        for hidden_key in _HIDDEN_KEYS:
+            old, new = values[sub].get(hidden_key), out[sub].get(hidden_key)
+            if type(old) is int and type(new) is int and old != new:
+                sizes.setdefault(old, new)
+                break
+    for before, after in [(values, out), *((values[k], out[k]) for k in subs)]:
+        for key, value in before.items():
+            if type(value) is not int or value not in sizes or key in _SET:
+                continue
+            if _sizeish(key) and after.get(key) == value:
+                after[key] = sizes[value]
 
 
 def _cut_layers(values: dict[str, Any], out: dict[str, Any], every_kind: bool = True) -> None:
@@ -340,6 +364,11 @@ def _cut_layers(values: dict[str, Any], out: dict[str, Any], every_kind: bool = 
     kinds = values.get("layer_types")
     if every_kind and isinstance(kinds, list) and len(kinds) == old:
         kept = {kinds.index(kind) for kind in dict.fromkeys(map(str, kinds))}
+    parts = _depth_parts(values, layers_key)
+    if parts:  # the depth is the sum of sections (input, recurrent, output): one layer each
+        kept = {sum(values[k] for k in parts[:i]) for i in range(len(parts))}
+        out.update(dict.fromkeys(parts, 1))
+        new = len(parts)
     kept |= set(range(old)[: max(new - len(kept), 0)])
     for layer in range(old):  # the first free ones, up to the depth asked for
         if len(kept) >= new:
@@ -349,15 +378,30 @@ def _cut_layers(values: dict[str, Any], out: dict[str, Any], every_kind: bool = 
     out[layers_key] = len(order)
     where = {layer: rank for rank, layer in enumerate(order)}
     for key, value in values.items():
-        if key in _SET or isinstance(value, bool):
+        if isinstance(value, bool) or (key in _SET and not isinstance(value, list)):
             continue
         if isinstance(value, list) and len(value) == old > 2:
-            picked = [value[i] for i in order]
+            source = out[key] if isinstance(out.get(key), list) else value
+            picked = [source[i] for i in order]
             out[key] = _pointing(key, picked, where) if _is_layer_list(key, value, old) else picked
         elif isinstance(value, dict) and value and all(str(k).isdigit() for k in value):
             out[key] = {type(k)(where[int(k)]): v for k, v in value.items() if int(k) in where}
         elif _is_layer_list(key, value, old):
             out[key] = _pointing(key, value, where)
+
+
+def _depth_parts(values: dict[str, Any], layers_key: str) -> list[str]:
+    """Counts of layers that add up to the depth (``n_input_layers``, ``n_recurrent_layers``,
+    ``n_output_layers``), or none."""
+    parts = [
+        key
+        for key, value in values.items()
+        if key != layers_key
+        and key.endswith("_layers")
+        and type(value) is int
+        and 0 < value < values[layers_key]
+    ]
+    return parts if len(parts) > 1 and sum(values[k] for k in parts) == values[layers_key] else []
 
 
 def _is_layer_list(key: str, value: Any, layers: int) -> bool:
@@ -435,13 +479,17 @@ def shallow(values: dict[str, Any]) -> dict[str, Any]:
             out[key] = shallow(value)
         elif key in _SHALLOW and isinstance(value, int) and not isinstance(value, bool):
             out[key] = min(value, _SET[key])
+    depths = values.get("depths")
+    if isinstance(depths, list):
+        out["depths"] = [1] * len(depths)
+        for key in _LAYER_KEYS:
+            if values.get(key) == len(depths):
+                out[key] = len(depths)  # a count of the stages, which are all kept
     _cut_layers(values, out)
     _scale_rope_sections(values, out)
     if any(out.get(k) != values.get(k) for k in _LAYER_KEYS):
         for key in ("out_features", "out_indices", "stage_names"):
             out.pop(key, None)  # a backbone's outputs, derived from its stages: recomputed
-    if isinstance(values.get("depths"), list):
-        out["depths"] = [1] * len(values["depths"])
     _remap_token_ids(out, out.get("vocab_size"))
     return out
 
