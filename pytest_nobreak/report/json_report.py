@@ -61,6 +61,8 @@ ROOFS_KEY = "roofs"
 #: The report's section of each ``--nobreak-model`` check's skip or failure reason, and whether
 #: its compiled calls had run (by nodeid).
 MODELS_KEY = "models"
+#: The report's section of each ``--nobreak-model`` model's family (LLM, vision, ...), by SPEC.
+FAMILIES_KEY = "families"
 
 VERSION = 1
 
@@ -192,6 +194,7 @@ def build_report(
     complete: Iterable[str] | None = None,
     roofs: Mapping[str, Mapping[str, Any]] | None = None,
     models: Mapping[str, Mapping[str, Any]] | None = None,
+    families: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The report document for the tests of this run.
 
@@ -205,7 +208,9 @@ def build_report(
     on, by device key, for the roofline of the HTML report; ``models`` the skip or failure
     reason of each ``--nobreak-model`` check that did not pass, and whether its compiled calls
     had all run (``{"reason": ..., "finished": ...}``, and ``"built": false`` for a named model
-    that could not be built, so failed), by nodeid, for the model-zoo table.
+    that could not be built, so failed), by nodeid, for the model-zoo table; ``families`` the
+    family of each model (:data:`pytest_nobreak.models.families.FAMILIES`), by SPEC, for its
+    counts per family.
     """
     finished = None if complete is None else set(complete)
     tests = {}
@@ -228,6 +233,8 @@ def build_report(
         report[ROOFS_KEY] = {key: dict(value) for key, value in roofs.items()}
     if models:
         report[MODELS_KEY] = {key: dict(note) for key, note in sorted(models.items())}
+    if families:
+        report[FAMILIES_KEY] = dict(sorted(families.items()))
     report["tests"] = tests
     return report
 
@@ -242,9 +249,9 @@ def merge_report(existing: Mapping[str, Any] | None, report: Mapping[str, Any]) 
     return {**report, "tests": tests, **merge_sections(existing, report)}
 
 
-#: The report's sections keyed like ``tests`` (by device key, by nodeid) that merging several
-#: reports unites: the devices' roofs, the model checks' reasons.
-KEYED_SECTIONS = (ROOFS_KEY, MODELS_KEY)
+#: The report's sections keyed like ``tests`` (by device key, by nodeid, by SPEC) that merging
+#: several reports unites: the devices' roofs, the model checks' reasons, the models' families.
+KEYED_SECTIONS = (ROOFS_KEY, MODELS_KEY, FAMILIES_KEY)
 
 
 def merge_sections(*documents: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -326,6 +333,11 @@ def _section_problem(document: Mapping[str, Any]) -> str | None:
             f'"{MODELS_KEY}" must be an object of {{"reason": str, "finished": bool'
             '[, "built": bool]} by test id'
         )
+    families = document.get(FAMILIES_KEY, {})
+    if not isinstance(families, dict) or not all(
+        isinstance(family, str) for family in families.values()
+    ):
+        return f'"{FAMILIES_KEY}" must be an object of family names by SPEC'
     return None
 
 

@@ -79,7 +79,7 @@ def test_a_small_run_gives_each_kind_of_row(
         *QUIET,
         *("--nobreak-model", "fac.py:mlp", "--nobreak-model", "fac.py:branchy"),
         *("--nobreak-model", "fac.py:mixed", "--nobreak-model", "hf:bert"),
-        *("--nobreak-model", "fac.py:slow", "--nobreak-model-timeout", "1"),
+        *("--nobreak-model", "fac.py:slow", "--nobreak-model-timeout", "4"),
         *("--asic-backend", "-k", "compiles_whole or on_dut", "--nobreak-json", "r.json"),
     )
     # hf:bert is named and cannot be built at this size: its two checks fail (not skip), and
@@ -105,7 +105,7 @@ def test_a_small_run_gives_each_kind_of_row(
             "| `fac.py:branchy` | breaks: GB0170 | 0 | 0 | 100.0% | none | * | *% |  |",
             "| `fac.py:mixed` | whole | 0 | 0 | 66.7% | linear | * | *% |  |",
             "| `fac.py:mlp` | whole | 0 | 0 | 100.0% | none | * | *% |  |",
-            "| `fac.py:slow` | not finished; compiles_whole took more than 1s * |*",
+            "| `fac.py:slow` | not finished; compiles_whole took more than 4s * |*",
             "| `hf:bert` | not built: still 0M parameters after shrinking (limit 0M) |"
             " | | | | | | |",
         ]
@@ -187,3 +187,30 @@ def test_a_malformed_entry_or_the_report_as_output_is_one_line(tmp_path: Path) -
         assert "Traceback" not in done.stderr
     assert not (tmp_path / "zoo.md").exists()
     assert json.loads(path.read_text()) == report
+
+
+def test_the_counts_per_library_and_family() -> None:
+    """The table under the headline counts each library's models, then each family's, from the
+    report's ``families`` section (an LLM, an encoder, a vision model and an unbuilt one)."""
+    report = json.loads((ROOT / "docs" / "zoo.json").read_text(encoding="utf-8"))
+    specs = ("hf:llama", "hf:bert", "hf:vit", "hf:luke")
+    prefixes = tuple(f"nobreak-model[{spec}]::" for spec in specs)
+    report["tests"] = {k: v for k, v in report["tests"].items() if k.startswith(prefixes)}
+    report["models"] = {k: v for k, v in report["models"].items() if k.startswith(prefixes)}
+    report["families"] = {
+        "hf:llama": "LLM",
+        "hf:bert": "encoder",
+        "hf:vit": "vision",
+        "hf:luke": "encoder",
+    }
+    lines = render_zoo(report).splitlines()
+    start = lines.index(
+        "| library / family | architectures | built and run | compile whole "
+        "| whole and on the DUT |"
+    )
+    assert lines[start + 2 : start + 6] == [
+        "| **transformers** | 4 | 3 | 3 | 3 |",
+        "| LLM | 1 | 1 | 1 | 1 |",
+        "| encoder | 2 | 1 | 1 | 1 |",
+        "| vision | 1 | 1 | 1 | 1 |",
+    ]

@@ -19,7 +19,16 @@ from pytest_nobreak.models.hf.shrinking import shrink
 from pytest_nobreak.models.skips import BuildSkip, first_line
 from pytest_nobreak.models.spec import SpecError
 
-__all__ = ["MAX_PARAMS", "SET_TASKS", "TASKS", "build_hf", "check_hf", "hf_main_input", "hf_set"]
+__all__ = [
+    "MAX_PARAMS",
+    "SET_TASKS",
+    "TASKS",
+    "auto_modules",
+    "build_hf",
+    "check_hf",
+    "hf_main_input",
+    "hf_set",
+]
 
 #: Task names for ``hf:<model_type>:<task>``, and the auto-mapping that names their class.
 TASKS = {
@@ -47,7 +56,9 @@ SET_TASKS = {
 MAX_PARAMS = 20_000_000
 
 
-def _auto() -> Any:
+def auto_modules() -> Any:
+    """``transformers``' auto modules (modeling, configuration): the names of every
+    architecture and task mapping. A missing ``transformers`` is a usage error."""
     try:
         # Lazy: transformers is an optional extra: imported when an hf: model is built.
         from transformers.models.auto import configuration_auto, modeling_auto
@@ -61,7 +72,7 @@ def _auto() -> Any:
 
 def check_hf(model_type: str, task: str) -> str | None:
     """A one-line problem with ``hf:<model_type>[:<task>]`` (what to write), or ``None``."""
-    modeling, configuration = _auto()
+    modeling, configuration = auto_modules()
     if task not in TASKS:
         return f"unknown task {task!r}; tasks: {', '.join(t for t in TASKS if t)}"
     if model_type not in configuration.CONFIG_MAPPING_NAMES:
@@ -81,7 +92,7 @@ def check_hf(model_type: str, task: str) -> str | None:
 
 def hf_set(name: str) -> list[str]:
     """The SPECs ``hf:<name>`` expands to, sorted (every xdist worker collects the same)."""
-    modeling, _ = _auto()
+    modeling, _ = auto_modules()
     specs = set()
     for task in SET_TASKS[name]:
         for model_type in getattr(modeling, TASKS[task]):
@@ -114,7 +125,7 @@ def build_hf(
     shrinker: Callable[[dict[str, Any]], dict[str, Any]] = shrink,
 ) -> nn.Module:
     """The shrunk model in eval mode, weights from seed 0. Raises :class:`BuildSkip`."""
-    modeling, configuration = _auto()
+    modeling, configuration = auto_modules()
     config_cls = _class(configuration.CONFIG_MAPPING_NAMES, model_type)
     model_cls = _class(getattr(modeling, TASKS[task]), model_type)
     try:
@@ -198,5 +209,5 @@ def _native_backbones(values: dict[str, Any], configuration: Any) -> None:
 def hf_main_input(model_type: str, task: str) -> str:
     """The name of the main input of the model class (``input_ids``, ``pixel_values``, ...),
     without building it. Raises :class:`BuildSkip` when the class cannot be imported."""
-    modeling, _ = _auto()
+    modeling, _ = auto_modules()
     return str(getattr(_class(getattr(modeling, TASKS[task]), model_type), "main_input_name", ""))

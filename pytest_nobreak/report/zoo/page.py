@@ -23,7 +23,14 @@ from typing import Any
 from asic_backend.sim.config import AsicConfig
 from pytest_nobreak.gate.atomic import write_atomic
 from pytest_nobreak.models.items import COLLECTOR_PREFIX
-from pytest_nobreak.report.json_report import MODELS_KEY, ReportError, TestRecord, read_input
+from pytest_nobreak.report.json_report import (
+    FAMILIES_KEY,
+    MODELS_KEY,
+    ReportError,
+    TestRecord,
+    read_input,
+)
+from pytest_nobreak.report.zoo.families import family_table
 from pytest_nobreak.watch.events import EXPORT_KINDS, HOST_FALLBACK_PREFIX
 from pytest_nobreak.watch.export_report import MODES, NARROWED_WORDS, REJECTED_WORDS
 
@@ -437,6 +444,8 @@ def render_zoo(report: Mapping[str, Any]) -> str:
         f"- compile whole (no graph break, no eager fallback): **{len(whole)}**",
         f"- whole and 100% on the DUT, within the int8 bound of fp32: **{len(on_dut)}**",
         *_export_summary(built),
+        "",
+        *family_table(rows, report.get(FAMILIES_KEY) or {}),
         "",
     ]
     classes = breakdown(rows)
