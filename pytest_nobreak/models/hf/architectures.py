@@ -162,17 +162,23 @@ def _state_rope_sections(values: dict[str, Any], model_cls: Any, modeling: Any) 
     none (Qwen2-VL's ``[16, 24, 24]``): they split half a head, so the shrink must see them to
     shrink them with the head. A sub-config's sections are its own model's (GLM-4.6V's text
     model is GLM-4V's)."""
-    models = [(values, model_cls)]
-    for sub in values.values():
-        if isinstance(sub, dict) and sub.get("model_type") in modeling.MODEL_MAPPING_NAMES:
+    own = _code_rope_sections(model_cls)
+    configs: list[tuple[dict[str, Any], list[int] | None]] = [(values, own)]
+    for key, sub in values.items():
+        if not (isinstance(sub, dict) and "model_type" in sub):
+            continue
+        sections = None
+        if sub["model_type"] in modeling.MODEL_MAPPING_NAMES:
             with contextlib.suppress(BuildSkip):
-                models.append((sub, _class(modeling.MODEL_MAPPING_NAMES, sub["model_type"])))
-    for config, cls in models:
+                cls = _class(modeling.MODEL_MAPPING_NAMES, sub["model_type"])
+                sections = _code_rope_sections(cls)
+        elif key == "text_config":
+            sections = own  # a text model without a class of its own: the model's code
+        configs.append((sub, sections))
+    for config, sections in configs:
         rope = config.get("rope_parameters")
-        if isinstance(rope, dict) and rope and "mrope_section" not in rope:
-            sections = _code_rope_sections(cls)
-            if sections is not None:
-                config["rope_parameters"] = {**rope, "mrope_section": sections}
+        if sections and isinstance(rope, dict) and rope and "mrope_section" not in rope:
+            config["rope_parameters"] = {**rope, "mrope_section": sections}
 
 
 def _code_rope_sections(model_cls: Any) -> list[int] | None:

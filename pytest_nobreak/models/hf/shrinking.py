@@ -435,7 +435,7 @@ def _scale_rope_sections(values: dict[str, Any], out: dict[str, Any]) -> None:
         sections = rope.get("mrope_section")
         if not (isinstance(sections, list) and sections and all(type(v) is int for v in sections)):
             continue
-        old_half, new_half = sum(sections), _half_head(out)
+        old_half, new_half = sum(sections), _half_head(out, rope)
         if new_half is None or new_half == old_half or new_half < len(sections):
             continue
         scaled = [max(v * new_half // old_half, 1) for v in sections]
@@ -443,17 +443,23 @@ def _scale_rope_sections(values: dict[str, Any], out: dict[str, Any]) -> None:
         out[key] = {**rope, "mrope_section": scaled}
 
 
-def _half_head(out: dict[str, Any]) -> int | None:
-    """Half the rotary part of a head of the shrunk config."""
+def _half_head(out: dict[str, Any], rope: dict[str, Any]) -> int | None:
+    """Half the rotary part of a head of the shrunk config (a partial rotary embedding turns
+    only ``partial_rotary_factor`` of it)."""
+    head = None
     for key in ("qk_rope_head_dim", "head_dim"):
         value = out.get(key)
         if isinstance(value, int) and value > 1:
-            return value // 2
+            head = value
+            break
     hidden = next((out[k] for k in _HIDDEN_KEYS if isinstance(out.get(k), int)), None)
     heads = next((out[k] for k in _HEAD_KEYS if isinstance(out.get(k), int)), None)
-    if hidden and heads:
-        return int(hidden) // int(heads) // 2
-    return None
+    if head is None and hidden and heads:
+        head = int(hidden) // int(heads)
+    if head is None:
+        return None
+    factor = rope.get("partial_rotary_factor", out.get("partial_rotary_factor", 1))
+    return int(head * factor) // 2 if isinstance(factor, (int, float)) else head // 2
 
 
 def _sizeish(key: str) -> bool:
