@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_nobreak.models.hf.heads import SSM_HEADS
 from pytest_nobreak.models.hf.shrinking import (
-    HIDDEN,
-    SSM_HEADS,
-    VOCAB,
     first_layers,
     proportional,
     shallow,
     shrink,
 )
+from pytest_nobreak.models.hf.sizes import HIDDEN, VOCAB
 
 LLAMA_LIKE = {
     "model_type": "toy",
