@@ -154,7 +154,7 @@ def build_hf(
 
 
 #: A modeling file's own multimodal rotary sections, used when the config has none.
-_ROPE_SECTIONS = re.compile(r"""get\(["']mrope_section["'], (\[[\d, ]+\])\)""")
+_ROPE_SECTIONS = re.compile(r"""get\(["']mrope_section["'](?:, (\[[\d, ]+\]))?\)""")
 
 
 def _state_rope_sections(values: dict[str, Any], model_cls: Any, modeling: Any) -> None:
@@ -177,8 +177,23 @@ def _state_rope_sections(values: dict[str, Any], model_cls: Any, modeling: Any) 
         configs.append((sub, sections))
     for config, sections in configs:
         rope = config.get("rope_parameters")
-        if sections and isinstance(rope, dict) and rope and "mrope_section" not in rope:
-            config["rope_parameters"] = {**rope, "mrope_section": sections}
+        if sections is None or not isinstance(rope, dict) or not rope:
+            continue
+        if rope.get("mrope_section") is None:
+            sections = sections or _thirds(config)
+            if sections:
+                config["rope_parameters"] = {**rope, "mrope_section": sections}
+
+
+def _thirds(config: dict[str, Any]) -> list[int] | None:
+    """Sections for a model whose code reads them with no default (HunYuan-VL): half its head
+    in three, as Qwen2-VL splits it."""
+    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+    head = config.get("head_dim") or (hidden // heads if hidden and heads else None)
+    if not isinstance(head, int) or head < 6:
+        return None
+    third = head // 2 // 3
+    return [head // 2 - 2 * third, third, third]
 
 
 def _code_rope_sections(model_cls: Any) -> list[int] | None:
@@ -187,7 +202,10 @@ def _code_rope_sections(model_cls: Any) -> list[int] | None:
         found = _ROPE_SECTIONS.search(inspect.getsource(module)) if module else None
     except (OSError, TypeError):
         return None
-    return list(ast.literal_eval(found.group(1))) if found else None
+    if found is None:
+        return None
+    # [] when the code reads sections without a default: the config must give some.
+    return list(ast.literal_eval(found.group(1))) if found.group(1) else []
 
 
 #: The ``transformers`` architecture of a timm backbone, by the start of its timm name.

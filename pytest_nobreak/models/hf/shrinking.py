@@ -122,6 +122,7 @@ _UNSET = {
     "n_group": 1,
     "topk_group": 1,
     "prediction_length": 8,  # time series: the steps forecast (its context defaults to it)
+    "pad_token_id": 0,  # ESM's position ids count the tokens that are not padding
 }
 
 

@@ -73,6 +73,10 @@ SHRUNK = {
     **dict.fromkeys(("max_position_embeddings", "max_target_positions"), POSITIONS),
     # Whisper-like encoders take exactly 2x this many audio frames.
     "max_source_positions": AUDIO_POSITIONS,
+    # Object queries of a DETR: a two-stage one picks its queries from the encoder's
+    # positions, of which a 32x32 image has few.
+    "num_queries": 16,
+    "max_img_size": IMAGE,  # TVP's frames
     "d_latents": HIDDEN,  # Perceiver: its latents' width and count
     "num_latents": 32,
     # EfficientNet's compound scaling: the B0 network, which the per-stage lists describe.
