@@ -16,6 +16,7 @@ from pytest_nobreak.models.hf.shrinking import (
     proportional,
     shallow,
     shrink,
+    whole_backbone,
 )
 from pytest_nobreak.models.hf.sizes import HIDDEN, VOCAB
 
@@ -194,3 +195,38 @@ def test_shallow_keeps_every_stage_of_a_staged_backbone() -> None:
     out = shallow(values)
     assert (out["depths"], out["num_layers"]) == ([1, 1, 1, 1], 4)
     assert out["out_features"] == values["out_features"]
+
+
+def test_a_detectors_backbone_keeps_its_stages_and_the_neck_follows_the_width() -> None:
+    values = {
+        "model_type": "toy_detr",
+        "d_model": 256,
+        "encoder_hidden_dim": 256,
+        "decoder_in_channels": [256, 256, 256],
+        "encoder_in_channels": [512, 1024, 2048],
+        "backbone_config": {
+            "model_type": "resnet",
+            "hidden_sizes": [256, 512, 1024, 2048],
+            "depths": [3, 4, 6, 3],
+            "out_indices": [2, 3, 4],
+        },
+    }
+    out = whole_backbone(values)
+    assert out["backbone_config"]["depths"] == [1, 1, 1, 1]
+    assert out["backbone_config"]["out_indices"] == [2, 3, 4]
+    assert out["encoder_in_channels"] == values["encoder_in_channels"]
+    assert out["decoder_in_channels"] == [out["d_model"]] * 3 == [HIDDEN] * 3
+    # shrink cuts the backbone to two stages.
+    assert shrink(values)["backbone_config"]["depths"] == [1, 1]
+
+
+def test_ratios_between_stages_follow_the_stages_kept_and_other_lists_do_not() -> None:
+    values = {
+        "model_type": "toy_codec",
+        "depths": [3, 3, 3, 3, 3, 3, 8],
+        "downsampling_ratios": [2, 2, 4, 5, 5, 8],
+        "stem_channels": [3, 32, 48, 64, 80, 96],
+    }
+    out = shrink(values)
+    assert (out["depths"], out["downsampling_ratios"]) == ([1, 1], [2])
+    assert out["stem_channels"] == values["stem_channels"]

@@ -46,16 +46,22 @@ __all__ = [
     "shallow",
     "shrink",
     "slim",
+    "whole_backbone",
 ]
 
 
-def shrink(values: dict[str, Any], *, every_kind: bool = True) -> dict[str, Any]:
+def shrink(
+    values: dict[str, Any], *, every_kind: bool = True, whole_backbone: bool = False
+) -> dict[str, Any]:
     """A config dict (``to_dict()``) shrunk by the rules in the module docstring, recursively
     into sub-configs (``text_config``, ``vision_config``, ``encoder``, ...).
 
     Sizes tied to a shrunk one follow it: an int equal to the old hidden size (``codebook_dim``,
     ``embedding_size``) becomes the new one, a list with one entry per layer (``layer_types``)
     or per stage keeps its first entries, a dict keyed by layer index its first layers.
+    ``every_kind=False`` keeps the first layers only (see :func:`first_layers`);
+    ``whole_backbone`` shrinks a backbone sub-config with :func:`shallow` (see
+    :func:`whole_backbone`).
     """
     values = _unset_filled(values)
     out = dict(values)
@@ -64,7 +70,10 @@ def shrink(values: dict[str, Any], *, every_kind: bool = True) -> dict[str, Any]
         if staged and key in ("embed_dim", "hidden_size"):
             continue  # per-stage head counts must keep dividing the stage widths
         if isinstance(value, dict) and "model_type" in value:
-            out[key] = shrink(value, every_kind=every_kind)
+            if whole_backbone and key == "backbone_config":
+                out[key] = shallow(value)
+            else:
+                out[key] = shrink(value, every_kind=every_kind, whole_backbone=whole_backbone)
         elif key in SHRUNK and isinstance(value, int) and not isinstance(value, bool):
             out[key] = min(value, SHRUNK[key]) if key != "num_key_value_heads" else KV_HEADS
         elif key in SHRUNK and isinstance(value, list) and all(type(v) is int for v in value):
@@ -93,6 +102,8 @@ def shrink(values: dict[str, Any], *, every_kind: bool = True) -> dict[str, Any]
         for key, value in values.items():
             if isinstance(value, list) and len(value) == len(depths):
                 out[key] = value[:2]
+            elif isinstance(value, list) and len(value) == len(depths) - 1 and "ratio" in key:
+                out[key] = value[:1]  # between stages (down-sampling ratios): the one kept
         out["depths"] = [1, 1]
         if "num_stages" in out:
             out["num_stages"] = 2
@@ -157,6 +168,8 @@ def _follow(values: dict[str, Any], out: dict[str, Any], every_kind: bool) -> No
             continue
         if old is not None and isinstance(value, int) and value == old and sizeish(key):
             out[key] = new
+        elif old is not None and isinstance(value, list) and value and set(value) == {old}:
+            out[key] = [new] * len(value)  # one per level of a detector's neck, all that size
     cut_layers(values, out, every_kind)
 
 
@@ -186,6 +199,13 @@ def first_layers(values: dict[str, Any]) -> dict[str, Any]:
     lack (a kind that cannot be built from the config's defaults, such as an indexed attention
     layer whose token budget is unset)."""
     return shrink(values, every_kind=False)
+
+
+def whole_backbone(values: dict[str, Any]) -> dict[str, Any]:
+    """:func:`shrink`, but a backbone sub-config keeps every stage (of one block) and its
+    outputs, as :func:`shallow` does: a detector's neck takes the widths of the stages it
+    names (RT-DETR's ``encoder_in_channels``)."""
+    return shrink(values, whole_backbone=True)
 
 
 def shallow(values: dict[str, Any]) -> dict[str, Any]:
@@ -245,12 +265,13 @@ def _follow_rope_sections(values: dict[str, Any], out: dict[str, Any]) -> None:
 
 #: How :func:`build_hf` shrinks a config, in the order tried: narrow; shallow; shallow with
 #: every width divided alike; narrow to the first layers only; every width divided alike and
-#: narrower still.
+#: narrower still; narrow but for a backbone's stages.
 SHRINKS: tuple[Callable[[dict[str, Any]], dict[str, Any]], ...] = (
     shrink,
     shallow,
     proportional,
     first_layers,
     slim,
+    whole_backbone,
 )
 _SHALLOW = {key for key in SHRUNK if key in DEPTH_KEYS or key == "vocab_size" or "expert" in key}
