@@ -146,6 +146,8 @@ def test_proportional_divides_every_width_alike_and_keeps_counts() -> None:
         "hf:hy_v4_vl_text",  # rotary sections of the rope part of a latent-attention head
         "hf:detr",  # a timm backbone built from transformers
         "hf:dory",  # sections of the depth
+        "hf:rt_detr",  # a backbone that keeps its stages
+        "hf:mimi",  # a codec
     ],
 )
 def test_architectures_the_rules_bring_in_build_and_run(spec: str) -> None:
@@ -230,3 +232,21 @@ def test_ratios_between_stages_follow_the_stages_kept_and_other_lists_do_not() -
     out = shrink(values)
     assert (out["depths"], out["downsampling_ratios"]) == ([1, 1], [2])
     assert out["stem_channels"] == values["stem_channels"]
+
+
+def test_an_efficientnet_is_shrunk_to_its_b0_with_the_head_width_that_goes_with_it() -> None:
+    values = {
+        "model_type": "efficientnet",
+        "width_coefficient": 2.0,
+        "depth_coefficient": 3.1,
+        "hidden_dim": 2560,
+        "num_block_repeats": [1, 2, 2, 3, 3, 4, 1],
+    }
+    out = shrink(values)
+    assert (out["width_coefficient"], out["depth_coefficient"], out["hidden_dim"]) == (1, 1, 1280)
+    assert out["num_block_repeats"] == [1] * 7
+
+
+def test_a_codecs_first_channels_are_shrunk() -> None:
+    values = {"model_type": "mimi", "num_filters": 64, "upsampling_ratios": [8, 6, 5, 4]}
+    assert shrink(values)["num_filters"] == 16

@@ -74,7 +74,7 @@ def shrink(
                 out[key] = shallow(value)
             else:
                 out[key] = shrink(value, every_kind=every_kind, whole_backbone=whole_backbone)
-        elif key in SHRUNK and isinstance(value, int) and not isinstance(value, bool):
+        elif key in SHRUNK and isinstance(value, (int, float)) and not isinstance(value, bool):
             out[key] = min(value, SHRUNK[key]) if key != "num_key_value_heads" else KV_HEADS
         elif key in SHRUNK and isinstance(value, list) and all(type(v) is int for v in value):
             out[key] = [min(v, SHRUNK[key]) for v in value]  # one per layer (Gemma 3n's FFNs)
@@ -95,6 +95,11 @@ def shrink(
         out["window_size"] = min(values["window_size"], 2)
     one_block_per_stage(values, out)
     _follow_across(values, out)
+    width = values.get("width_coefficient")
+    head = values.get("hidden_dim")
+    if isinstance(width, float) and type(head) is int and out.get("width_coefficient") != width:
+        # EfficientNet's head width is scaled by its width coefficient too.
+        out["hidden_dim"] = round(head * out["width_coefficient"] / width)
     depths = values.get("depths") or []
     if staged:
         # Staged models (Swin, ConvNeXt, ResNet): keep 2 stages of 1 block; every per-stage

@@ -80,7 +80,12 @@ SHRUNK = {
     "d_latents": HIDDEN,  # Perceiver: its latents' width and count
     "num_latents": 32,
     # EfficientNet's compound scaling: the B0 network, which the per-stage lists describe.
-    **dict.fromkeys(("depth_coefficient", "width_coefficient"), 1),
+    **dict.fromkeys(("depth_coefficient", "width_coefficient"), 1.0),
+    # Audio codecs (SEANet, DAC, HiFi-GAN): the first stage's channels, which double per stage.
+    **dict.fromkeys(("num_filters", "encoder_hidden_size"), 16),
+    **dict.fromkeys(("decoder_hidden_size", "upsample_initial_channel"), 64),
+    # A vision tower's output, the width of the text model it feeds.
+    "out_hidden_size": HIDDEN,
     **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts"), EXPERTS),
     **dict.fromkeys(
         ("num_experts_per_tok", "num_experts_per_token", "moe_top_k", "moe_topk"),
