@@ -20,6 +20,7 @@ from pytest_nobreak.models.hf.sizes import (
     DEPTH_KEYS,
     EXPERTS,
     EXPERTS_PER_TOKEN,
+    FFN,
     FRAMES,
     HEAD_KEYS,
     HEADS,
@@ -29,6 +30,7 @@ from pytest_nobreak.models.hf.sizes import (
     KV_HEADS,
     LAYER_KEYS,
     SHRUNK,
+    SLIDING_WINDOW,
     VOCAB,
     remap_token_ids,
     sizeish,
@@ -139,6 +141,7 @@ _UNSET = {
     "topk_group": 1,
     "prediction_length": 8,  # time series: the steps forecast (its context defaults to it)
     "pad_token_id": 0,  # ESM's position ids count the tokens that are not padding
+    "moe_intermediate_size": FFN,
 }
 
 
@@ -157,6 +160,9 @@ def _unset_filled(values: dict[str, Any]) -> dict[str, Any]:
         out["num_key_value_heads"] = heads
     if "head_dim" in unset and hidden and heads:
         out["head_dim"] = hidden // heads
+    kinds = values.get("layer_types")
+    if "sliding_window" in unset and isinstance(kinds, list) and "sliding_attention" in kinds:
+        out["sliding_window"] = SLIDING_WINDOW  # sliding layers need a window
     return out
 
 

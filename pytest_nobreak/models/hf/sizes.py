@@ -18,6 +18,7 @@ __all__ = [
     "IMAGE",
     "LAYER_KEYS",
     "SHRUNK",
+    "SLIDING_WINDOW",
     "TOKEN_IDS",
     "VOCAB",
     "power_of_two",
@@ -28,6 +29,8 @@ __all__ = [
 #: The shrunk sizes (one source: the docs quote this module's docstring).
 LAYERS, HIDDEN, HEADS, KV_HEADS, FFN, VOCAB, POSITIONS = 2, 64, 4, 2, 128, 128, 128
 EXPERTS, EXPERTS_PER_TOKEN, IMAGE, PATCH, AUDIO_POSITIONS, FRAMES = 4, 2, 32, 8, 32, 4
+#: A sliding window narrower than the checks' sequences, so the sliding layers slide.
+SLIDING_WINDOW = 8
 #: Depths: of a stack of layers, of an encoder or a decoder, of a vision tower's blocks.
 DEPTH_KEYS = (
     "num_hidden_layers",
