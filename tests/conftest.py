@@ -21,6 +21,7 @@ _KEEP = (
     "numpy",
     "torchao",
     "transformers",
+    "diffusers",
     "asic_backend",
     "pytest_nobreak",
     "triton",

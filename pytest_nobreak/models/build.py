@@ -27,7 +27,15 @@ from typing import Any
 import torch
 from torch import nn
 
+from pytest_nobreak.models import diffusers as diffusers_models
 from pytest_nobreak.models import hf as hf_models
+from pytest_nobreak.models.diffusers import (
+    Layout,
+    build_diffusers,
+    check_diffusers,
+    diffusers_inputs,
+    diffusers_layouts,
+)
 from pytest_nobreak.models.hf import (
     HF_MAIN_INPUTS,
     build_hf,
@@ -70,8 +78,8 @@ class BuiltModel:
 
 
 def expand(specs: list[ModelSpec]) -> list[ModelSpec]:
-    """The SPECs with every sweep (``hf:*``, ``hf:llm``, ...) replaced by its members, each
-    once, in the order given."""
+    """The SPECs with every sweep (``hf:*``, ``hf:llm``, ``diffusers:*``, ...) replaced by
+    its members, each once, in the order given."""
 
     out: dict[str, ModelSpec] = {}
     for spec in specs:
@@ -79,16 +87,21 @@ def expand(specs: list[ModelSpec]) -> list[ModelSpec]:
             # Looked up on the module, so a test can replace the set with a small one.
             for text in hf_models.hf_set(spec.target):
                 out.setdefault(text, parse_spec(text))
+        elif spec.kind == "diffusers-set":  # likewise
+            for text in diffusers_models.diffusers_set(spec.target):
+                out.setdefault(text, parse_spec(text))
         else:
             out.setdefault(spec.text, spec)
     return list(out.values())
 
 
 def resolve(spec: ModelSpec) -> Callable[[], Any] | None:
-    """Check ``spec`` without building its model; return the factory (``None`` for ``hf:``).
-    Raises :class:`SpecError` naming what to write."""
-    if spec.kind == "hf":
-        problem = check_hf(spec.target, spec.attr)
+    """Check ``spec`` without building its model; return the factory (``None`` for ``hf:``
+    and ``diffusers:``). Raises :class:`SpecError` naming what to write."""
+    if spec.kind in ("hf", "diffusers"):
+        problem = (
+            check_hf(spec.target, spec.attr) if spec.kind == "hf" else check_diffusers(spec.target)
+        )
         if problem:
             raise SpecError(f"--nobreak-model {spec.text}: {problem}")
         return None
@@ -171,9 +184,15 @@ def build(
     :class:`BuildSkip` when it cannot be built or run; a factory's own error propagates."""
     if spec.kind == "hf" and not given:
         return _build_hf(spec)
+    if spec.kind == "diffusers" and not given:
+        return _build_diffusers(spec)
     if spec.kind == "hf":
         module = build_hf(spec.target, spec.attr)
         make = _given_maker(given, module, hf=True)
+        inferred = False
+    elif spec.kind == "diffusers":
+        module = build_diffusers(spec.target)
+        make = _given_maker(given, module, hf=False)  # keyword inputs by name, as given
         inferred = False
     else:
         assert factory is not None
@@ -188,7 +207,7 @@ def build(
     except BuildSkip:
         raise
     except Exception as exc:
-        if spec.kind == "hf":
+        if spec.kind in ("hf", "diffusers"):
             raise BuildSkip(f"eager forward failed: {first_line(exc)}") from None
         if not inferred:
             raise  # the user's own model on the user's inputs: their error, with its traceback
@@ -233,6 +252,52 @@ def _first_layout(module: nn.Module) -> BuiltModel:
         return built
     assert first is not None
     raise BuildSkip(f"eager forward failed: {first_line(first)}") from None
+
+
+def _build_diffusers(spec: ModelSpec) -> BuiltModel:
+    """The ``diffusers:`` model of the first shrink (:data:`~.diffusers.SHRINKS`) that builds
+    and runs eagerly; when none does, the first one's reason (the others are fallbacks)."""
+    first: BuildSkip | None = None
+    for shrinker in diffusers_models.SHRINKS:
+        try:
+            return _first_diffusers_layout(build_diffusers(spec.target, shrinker))
+        except BuildSkip as exc:
+            first = first or exc
+    assert first is not None
+    raise first
+
+
+def _first_diffusers_layout(module: nn.Module) -> BuiltModel:
+    """The ``diffusers:`` model with the first layout of its latent
+    (:func:`~.diffusers.diffusers_layouts`) its eager forward accepts at every size of the
+    checks, so that no check fails on a size the model cannot take; when none does, the
+    first layout's error is the reason (the others are fallbacks)."""
+    first: Exception | None = None
+    for layout in diffusers_layouts(module):
+        built = BuiltModel(
+            module, functools.partial(_diffusers_call, module, layout), torch.empty(0)
+        )
+        try:
+            outputs = []
+            for index in range(len(SIZES)):
+                args, kwargs = built.inputs(index)
+                with torch.no_grad():
+                    outputs.append(first_tensor(module(*args, **kwargs)))
+        except BuildSkip:
+            raise
+        except Exception as exc:
+            first = first or exc
+            continue
+        built.reference = outputs[0]
+        return built
+    assert first is not None
+    raise BuildSkip(f"eager forward failed: {first_line(first)}") from None
+
+
+def _diffusers_call(
+    module: nn.Module, layout: Layout, batch: int, seq: int
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    return (), diffusers_inputs(module, batch, seq, layout)
 
 
 def _hf_call(
@@ -448,6 +513,8 @@ def check_inputs(
     """Raise :class:`SpecError` when the inputs of ``spec``'s model cannot be made: a factory
     is called (its result must be a module or a pair, and a bare module's inputs inferable),
     an ``hf:`` model's main input must be one :func:`hf_inputs` makes."""
+    if spec.kind == "diffusers":
+        return  # inferred when built: a named model whose inputs cannot be made fails there
     if spec.kind == "hf":
         if given:
             return

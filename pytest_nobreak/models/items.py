@@ -8,8 +8,10 @@ baseline; they select with ``-k``, and every xdist worker collects the same ones
 
 - ``compiles_whole``: one call; the marker's full semantics (breaks, eager fallbacks; host
   fallbacks are ``on_dut``'s business);
-- ``no_recompile``: three calls with other batch and sequence sizes; at most one recompile
-  (the one that makes the sizes dynamic), with the failed guard named;
+- ``no_recompile``: three calls with other batch and sequence sizes (for a ``diffusers:``
+  model the sequence size sets the latent's side, a multiple of what its blocks and patches
+  divide: :mod:`pytest_nobreak.models.diffusers.inputs`); at most one recompile (the one
+  that makes the sizes dynamic), with the failed guard named;
 - ``exports``: ``torch.export`` in non-strict and strict mode with every dimension the
   check's sizes vary (batch, sequence) ``Dim.AUTO``, through :func:`pytest_nobreak.
   export_check` (a failed mode, draft_export's findings, a dimension the program made static
@@ -102,7 +104,8 @@ def add_model_options(parser: pytest.Parser) -> None:
         dest="nobreak_model",
         metavar="SPEC",
         help="check a model with no test code (repeatable): module:factory, file.py:factory, "
-        "hf:<model_type>[:<task>], or a sweep hf:*, hf:llm, hf:vision, hf:audio",
+        "hf:<model_type>[:<task>], diffusers:<ModelClass>, or a sweep hf:*, hf:llm, "
+        "hf:vision, hf:audio, diffusers:*",
     )
     group.addoption(
         "--nobreak-model-inputs",
@@ -463,32 +466,40 @@ def _exports(collector: ModelCollector, request: pytest.FixtureRequest) -> None:
 
 def _varying_dims(built: BuiltModel) -> dict[str, Any]:
     """``Dim.AUTO`` for each dimension of an input that the check's sizes vary (batch and
-    sequence), by the forward's parameter names; AUTO, so inputs that share a size (ids and
-    their mask) stay equal, and what the program made static is reported, not raised."""
+    sequence; a diffusion model's latent side), by the forward's parameter names, inside dicts
+    and lists of tensors too (``added_cond_kwargs``); AUTO, so inputs that share a size (ids
+    and their mask, latent patches and their ids) stay equal, and what the program made
+    static is reported, not raised."""
+    one = combine_args(built.module, *built.inputs(0))
+    two = combine_args(built.module, *built.inputs(1))
+    return {name: _varying(value, two.get(name)) for name, value in one.items()}
+
+
+def _varying(value: Any, other: Any) -> Any:
+    """The dynamic shapes of one input: a tensor's dims that differ between the two calls, a
+    dict's or list's entries' (``None``: all static)."""
     # Lazy: keeps torch out of the plugin's import until a test needs it.
     import torch
 
     # Lazy: keeps torch out of the plugin's import until a test needs it.
     from torch.export import Dim
 
-    one = combine_args(built.module, *built.inputs(0))
-    two = combine_args(built.module, *built.inputs(1))
-    out: dict[str, Any] = {}
-    for name, value in one.items():
-        other = two.get(name)
-        varying = None
-        if (
-            isinstance(value, torch.Tensor)
-            and isinstance(other, torch.Tensor)
-            and value.dim() == other.dim()
-        ):
-            varying = {
-                dim: Dim.AUTO
-                for dim, (a, b) in enumerate(zip(value.shape, other.shape, strict=True))
-                if a != b
-            } or None
-        out[name] = varying
-    return out
+    if isinstance(value, torch.Tensor):
+        if not isinstance(other, torch.Tensor) or value.dim() != other.dim():
+            return None
+        pairs = zip(value.shape, other.shape, strict=True)
+        return {dim: Dim.AUTO for dim, (a, b) in enumerate(pairs) if a != b} or None
+    if isinstance(value, dict) and isinstance(other, dict) and value.keys() == other.keys():
+        inner = {key: _varying(item, other[key]) for key, item in value.items()}
+        return inner if any(v is not None for v in inner.values()) else None
+    if (
+        isinstance(value, (list, tuple))
+        and isinstance(other, (list, tuple))
+        and len(value) == len(other)
+    ):
+        items = [_varying(a, b) for a, b in zip(value, other, strict=True)]
+        return type(value)(items) if any(v is not None for v in items) else None
+    return None
 
 
 def _on_dut(collector: ModelCollector, request: pytest.FixtureRequest) -> None:

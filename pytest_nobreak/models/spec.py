@@ -6,7 +6,10 @@ A SPEC names a model to check with no test code:
   ``nn.Module``, or a ``(module, example_inputs)`` pair;
 - ``hf:<model_type>[:<task>]``: a ``transformers`` architecture built from its config class,
   shrunk, with random weights (see :mod:`pytest_nobreak.models.hf`);
-- ``hf:*``, ``hf:llm``, ``hf:vision``, ``hf:audio``: a sweep over many of them.
+- ``hf:*``, ``hf:llm``, ``hf:vision``, ``hf:audio``: a sweep over many of them;
+- ``diffusers:<ModelClass>``: a ``diffusers`` model class (``diffusers:UNet2DConditionModel``)
+  built from its config, shrunk, with random weights (see
+  :mod:`pytest_nobreak.models.diffusers`), and ``diffusers:*``, every one.
 
 Inputs (``--nobreak-model-inputs``) are a comma-separated list of tensors, each
 ``[name=][kind:]DIMS``: ``4x3x32x32`` is a float tensor, ``ids:2x16`` token ids,
@@ -23,6 +26,7 @@ import re
 from pathlib import Path
 
 __all__ = [
+    "DIFFUSERS_SETS",
     "HF_SETS",
     "INPUT_KINDS",
     "InputSpec",
@@ -34,6 +38,8 @@ __all__ = [
 
 #: The sweeps ``hf:<set>`` expands to (``hf:*`` is every architecture).
 HF_SETS = ("*", "llm", "vision", "audio")
+#: The sweeps ``diffusers:<set>`` expands to (every model class).
+DIFFUSERS_SETS = ("*",)
 #: Input kinds: what tensor to make, and the ``transformers`` keyword it is passed as.
 INPUT_KINDS = {
     "float": None,
@@ -44,7 +50,9 @@ INPUT_KINDS = {
 }
 SPEC_FORMS = (
     "package.module:factory, path/to/file.py:factory, hf:<model_type>[:<task>] "
-    f"(e.g. hf:llama, hf:bert:masked-lm) or a sweep ({', '.join('hf:' + s for s in HF_SETS)})"
+    f"(e.g. hf:llama, hf:bert:masked-lm), diffusers:<ModelClass> (e.g. "
+    "diffusers:UNet2DConditionModel) or a sweep "
+    f"({', '.join(['hf:' + s for s in HF_SETS] + ['diffusers:' + s for s in DIFFUSERS_SETS])})"
 )
 INPUT_FORMS = (
     "a comma-separated list of [name=][kind:]DIMS, e.g. 4x3x32x32, ids:2x16, "
@@ -63,8 +71,9 @@ class ModelSpec:
     """One parsed SPEC. ``text`` is what the user wrote (the item name shows it)."""
 
     text: str
-    kind: str  # "factory" | "hf" | "hf-set"
-    #: factory: the module (dotted name) or file path; hf: the model type; hf-set: the set.
+    kind: str  # "factory" | "hf" | "hf-set" | "diffusers" | "diffusers-set"
+    #: factory: the module (dotted name) or file path; hf: the model type; diffusers: the
+    #: model class; hf-set, diffusers-set: the set.
     target: str
     #: factory: the callable's name; hf: the task head ("" for the base model).
     attr: str = ""
@@ -82,6 +91,8 @@ def parse_spec(text: str, *, rootpath: Path | None = None) -> ModelSpec:
         raise SpecError(f"--nobreak-model: empty SPEC; write {SPEC_FORMS}")
     if spec.startswith("hf:"):
         return _parse_hf(spec)
+    if spec.startswith("diffusers:"):
+        return _parse_diffusers(spec)
     target, sep, attr = spec.rpartition(":")
     if not sep or not target:
         raise SpecError(
@@ -124,6 +135,19 @@ def _parse_hf(spec: str) -> ModelSpec:
     return ModelSpec(
         text=spec, kind="hf", target=parts[1], attr=parts[2] if len(parts) == 3 else ""
     )
+
+
+def _parse_diffusers(spec: str) -> ModelSpec:
+    name = spec.removeprefix("diffusers:")
+    if name in DIFFUSERS_SETS:
+        return ModelSpec(text=spec, kind="diffusers-set", target=name)
+    if not _IDENT.fullmatch(name):
+        raise SpecError(
+            f"--nobreak-model {spec}: write diffusers:<ModelClass> (a class diffusers exports, "
+            "e.g. diffusers:UNet2DConditionModel, diffusers:AutoencoderKL) or the sweep "
+            + ", ".join("diffusers:" + s for s in DIFFUSERS_SETS)
+        )
+    return ModelSpec(text=spec, kind="diffusers", target=name)
 
 
 def _find_file(target: str, rootpath: Path | None) -> Path | None:

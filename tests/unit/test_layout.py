@@ -19,8 +19,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("asic_backend", "pytest_nobreak")
 #: Libraries the plugin must not import until a test needs them: slow (torch takes seconds)
-#: or optional (transformers, pytest-html).
-HEAVY = ("torch", "torchao", "transformers", "pytest_html", "numpy")
+#: or optional (transformers, diffusers, pytest-html).
+HEAVY = ("torch", "torchao", "transformers", "diffusers", "pytest_html", "numpy")
 
 
 @dataclasses.dataclass(frozen=True)
