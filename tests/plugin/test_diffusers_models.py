@@ -17,7 +17,7 @@ import torch
 
 from pytest_nobreak.models.diffusers import Layout, diffusers_inputs, diffusers_layouts, shrink
 from pytest_nobreak.models.diffusers.inputs import _frames, _spatial_factor
-from pytest_nobreak.models.diffusers.shrink import alternate
+from pytest_nobreak.models.diffusers.shrinking import alternate
 from pytest_nobreak.models.items import NAMED_NOT_SKIPPED
 from pytest_nobreak.models.skips import BuildSkip
 from tests.conftest import inner_pythonpath

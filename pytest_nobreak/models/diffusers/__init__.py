@@ -1,7 +1,7 @@
 """``diffusers:<ModelClass>``: a ``diffusers`` model class, shrunk, with random weights.
 
 No download: the model is built from its class's config defaults, shrunk to a few million
-parameters (:mod:`.shrink` lists the sizes), in eval mode, with inputs inferred from its
+parameters (:mod:`.shrinking` lists the sizes), in eval mode, with inputs inferred from its
 ``forward`` signature and config (:mod:`.inputs`). Imported only when a ``--nobreak-model``
 is given: it imports torch, and ``diffusers`` when a ``diffusers:`` SPEC is used.
 """
@@ -18,7 +18,7 @@ from pytest_nobreak.models.diffusers.inputs import (
     diffusers_inputs,
     diffusers_layouts,
 )
-from pytest_nobreak.models.diffusers.shrink import SHRINKS, shrink
+from pytest_nobreak.models.diffusers.shrinking import SHRINKS, shrink
 
 __all__ = [
     "MAIN_INPUTS",

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pytest_nobreak.models.diffusers.shrink import shrink
+from pytest_nobreak.models.diffusers.shrinking import shrink
 from pytest_nobreak.models.skips import BuildSkip, first_line
 from pytest_nobreak.models.spec import SpecError
 

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pytest_nobreak.models.diffusers.shrink import TEXT, WIDTH
+from pytest_nobreak.models.diffusers.shrinking import TEXT, WIDTH
 from pytest_nobreak.models.skips import BuildSkip
 
 __all__ = ["MAIN_INPUTS", "Layout", "diffusers_inputs", "diffusers_layouts"]
