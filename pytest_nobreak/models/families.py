@@ -10,11 +10,15 @@ installed where the page is written.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from pytest_nobreak.models.items import PLUGIN_NAME, ModelPlugin
 from pytest_nobreak.models.spec import ModelSpec
 
-__all__ = ["FAMILIES", "family_of"]
+if TYPE_CHECKING:
+    import pytest
+
+__all__ = ["FAMILIES", "family_of", "model_families"]
 
 #: The families, in the order the zoo lists them.
 FAMILIES = ("LLM", "encoder", "vision", "audio", "multimodal", "diffusion", "other")
@@ -92,6 +96,16 @@ _SUFFIXES = (
     (("_audio", "_audio_encoder", "_speech", "asr_encoder", "speech5_encoder"), "audio"),
     (("_text", "_text_model", "_lm"), "LLM"),
 )
+
+
+def model_families(config: pytest.Config) -> dict[str, str]:
+    """The family of each model this run checks, by SPEC (empty without models), for the JSON
+    report's ``families`` section, which the zoo page counts by."""
+    plugin = config.pluginmanager.get_plugin(PLUGIN_NAME)
+    if not isinstance(plugin, ModelPlugin):
+        return {}
+    families = {spec.text: family_of(spec) for spec in plugin.specs}
+    return {spec: family for spec, family in families.items() if family is not None}
 
 
 def family_of(spec: ModelSpec) -> str | None:

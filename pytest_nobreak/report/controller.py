@@ -28,6 +28,7 @@ from pytest_nobreak.gate.baseline import (
     updated,
     write_baseline,
 )
+from pytest_nobreak.models.families import model_families
 from pytest_nobreak.models.items import model_notes
 from pytest_nobreak.report import github
 from pytest_nobreak.report.html_report import render_html, write_html
@@ -244,6 +245,7 @@ class SessionReporter:
             complete=self.complete,
             roofs=self.roofs,
             models=model_notes(self.config),
+            families=model_families(self.config),
         )
 
     def _write_json(self) -> int:

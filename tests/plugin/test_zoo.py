@@ -85,6 +85,8 @@ def test_a_small_run_gives_each_kind_of_row(
     # hf:bert is named and cannot be built at this size: its two checks fail (not skip), and
     # the table still has it as "not built".
     result.assert_outcomes(passed=3, failed=7)
+    report = json.loads((pytester.path / "r.json").read_text(encoding="utf-8"))
+    assert report["families"] == {"hf:bert": "encoder"}
     assert main([str(pytester.path / "r.json"), str(pytester.path / "zoo.md")]) == 0
     lines = (pytester.path / "zoo.md").read_text().splitlines()
     pytest.LineMatcher(lines).fnmatch_lines(
@@ -92,6 +94,10 @@ def test_a_small_run_gives_each_kind_of_row(
             "- architectures: **5**, built and run eagerly: **4**",
             "- compile whole (no graph break, no eager fallback): **2**",
             "- whole and 100% on the DUT, within the int8 bound of fp32: **1**",
+            # The report names each model's family; the factories, the user's code, have none.
+            "| **transformers** | 1 | 0 | 0 | 0 |",
+            "| encoder | 1 | 0 | 0 | 0 |",
+            "| **factories** | 4 | 4 | 2 | 1 |",
             "Of the 4 that are not whole and on the DUT:",
             "- 1 are not built: 1 are over the parameter limit after shrinking",
             "- 1 do not finish: 1 hit the time limit",

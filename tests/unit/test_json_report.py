@@ -21,6 +21,7 @@ from pytest_nobreak.report.json_report import (
     main,
     merge_files,
     merge_report,
+    merge_sections,
     read_report,
     write_report,
 )
@@ -171,6 +172,7 @@ def test_the_round_trip_keeps_what_the_html_report_shows() -> None:
 
 MODELS_ERROR = '"models" must be an object of {"reason": str, "finished": bool[, "built": bool]}'
 MODELS_ERROR += " by test id"
+FAMILIES_ERROR = '"families" must be an object of family names by SPEC'
 
 
 @pytest.mark.parametrize(
@@ -195,6 +197,8 @@ MODELS_ERROR += " by test id"
         ),
         ({"models": {"t": {"reason": "r", "finished": False, "built": "no"}}}, MODELS_ERROR),
         ({"models": {"t": {"reason": "r", "finished": False, "other": 1}}}, MODELS_ERROR),
+        ({"families": ["LLM"]}, FAMILIES_ERROR),
+        ({"families": {"hf:llama": 1}}, FAMILIES_ERROR),
     ],
 )
 def test_a_hand_edited_section_is_a_report_error(
@@ -205,6 +209,16 @@ def test_a_hand_edited_section_is_a_report_error(
     with pytest.raises(ReportError) as raised:
         read_report(path)
     assert raised.value.problem == message
+
+
+def test_the_families_of_merged_reports_are_united(tmp_path: Path) -> None:
+    paths = []
+    for name, families in (("a", {"hf:llama": "LLM"}), ("b", {"hf:vit": "vision"})):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"version": 1, "tests": {}, "families": families}))
+        paths.append(path)
+    merged = merge_sections(*(read_report(path) for path in paths))
+    assert merged["families"] == {"hf:llama": "LLM", "hf:vit": "vision"}
 
 
 def test_a_note_of_a_model_that_was_not_built_reads_back(tmp_path: Path) -> None:
