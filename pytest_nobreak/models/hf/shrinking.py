@@ -17,6 +17,7 @@ from pytest_nobreak.models.hf.heads import scale_head_dims, scale_rope_sections,
 from pytest_nobreak.models.hf.layers import cut_layers, one_block_per_stage
 from pytest_nobreak.models.hf.sizes import (
     AUDIO_POSITIONS,
+    CODEC_CHANNELS,
     DEPTH_KEYS,
     EXPERTS,
     EXPERTS_PER_TOKEN,
@@ -98,6 +99,9 @@ def shrink(
     one_block_per_stage(values, out)
     _follow_across(values, out)
     width = values.get("width_coefficient")
+    if "downsampling_ratios" in values and type(values.get("encoder_hidden_size")) is int:
+        # A codec's (DAC's) first encoder channels, which double per down-sampling stage.
+        out["encoder_hidden_size"] = min(values["encoder_hidden_size"], CODEC_CHANNELS)
     head = values.get("hidden_dim")
     if isinstance(width, float) and type(head) is int and out.get("width_coefficient") != width:
         # EfficientNet's head width is scaled by its width coefficient too.

@@ -10,6 +10,7 @@ from typing import Any
 
 __all__ = [
     "AUDIO_POSITIONS",
+    "CODEC_CHANNELS",
     "DEPTH_KEYS",
     "FRAMES",
     "HEAD_KEYS",
@@ -31,6 +32,8 @@ LAYERS, HIDDEN, HEADS, KV_HEADS, FFN, VOCAB, POSITIONS = 2, 64, 4, 2, 128, 128, 
 EXPERTS, EXPERTS_PER_TOKEN, IMAGE, PATCH, AUDIO_POSITIONS, FRAMES = 4, 2, 32, 8, 32, 4
 #: A sliding window narrower than the checks' sequences, so the sliding layers slide.
 SLIDING_WINDOW = 8
+#: The first channels of an audio codec's convolution stack.
+CODEC_CHANNELS = 16
 #: Depths: of a stack of layers, of an encoder or a decoder, of a vision tower's blocks.
 DEPTH_KEYS = (
     "num_hidden_layers",
@@ -85,7 +88,7 @@ SHRUNK = {
     # EfficientNet's compound scaling: the B0 network, which the per-stage lists describe.
     **dict.fromkeys(("depth_coefficient", "width_coefficient"), 1.0),
     # Audio codecs (SEANet, DAC, HiFi-GAN): the first stage's channels, which double per stage.
-    **dict.fromkeys(("num_filters", "encoder_hidden_size"), 16),
+    "num_filters": CODEC_CHANNELS,
     **dict.fromkeys(("decoder_hidden_size", "upsample_initial_channel"), 64),
     # A vision tower's output, the width of the text model it feeds.
     "out_hidden_size": HIDDEN,
