@@ -37,12 +37,10 @@ from pytest_nobreak.models.diffusers import (
     diffusers_layouts,
 )
 from pytest_nobreak.models.hf import (
-    HF_MAIN_INPUTS,
     build_hf,
     check_hf,
     hf_inputs,
     hf_layouts,
-    hf_main_input,
 )
 from pytest_nobreak.models.skips import BuildSkip, first_line
 from pytest_nobreak.models.spec import InputSpec, ModelSpec, SpecError, parse_spec
@@ -511,22 +509,10 @@ def check_inputs(
     spec: ModelSpec, factory: Callable[[], Any] | None, given: tuple[InputSpec, ...]
 ) -> None:
     """Raise :class:`SpecError` when the inputs of ``spec``'s model cannot be made: a factory
-    is called (its result must be a module or a pair, and a bare module's inputs inferable),
-    an ``hf:`` model's main input must be one :func:`hf_inputs` makes."""
-    if spec.kind == "diffusers":
-        return  # inferred when built: a named model whose inputs cannot be made fails there
-    if spec.kind == "hf":
-        if given:
-            return
-        try:
-            main = hf_main_input(spec.target, spec.attr)
-        except BuildSkip as exc:
-            raise SpecError(f"--nobreak-model {spec.text}: {exc}") from None
-        if main not in HF_MAIN_INPUTS:
-            raise SpecError(
-                f"--nobreak-model {spec.text}: cannot infer its main input {main!r}; pass "
-                f"--nobreak-model-inputs, e.g. {main}=2x16"
-            )
+    is called (its result must be a module or a pair, and a bare module's inputs inferable).
+    An ``hf:`` or ``diffusers:`` model's inputs are inferred from its ``forward`` when it is
+    built; a named one whose inputs cannot be made fails its checks there, with the reason."""
+    if spec.kind in ("hf", "diffusers"):
         return
     assert factory is not None
     try:

@@ -281,6 +281,15 @@ def test_an_hf_model_with_a_task_head(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["nobreak-model[[]hf:bert:masked-lm[]]::compiles_whole PASSED*"])
 
 
+def test_a_named_model_whose_main_input_its_forward_describes_is_checked(
+    pytester: pytest.Pytester,
+) -> None:
+    """Decision Transformer's main input (``states``) is none of the usual ones: its shape is
+    read from the forward's docstring when the model is built, not refused up front."""
+    result = run(pytester, "--nobreak-model", "hf:decision_transformer", "-v", "-k", "whole")
+    result.assert_outcomes(passed=1)
+
+
 def test_a_sweep_skips_what_cannot_be_built_with_the_reason(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

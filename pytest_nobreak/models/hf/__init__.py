@@ -12,15 +12,13 @@ from pytest_nobreak.models.hf.architectures import (
     TASKS,
     build_hf,
     check_hf,
-    hf_main_input,
     hf_set,
 )
-from pytest_nobreak.models.hf.inputs import HF_MAIN_INPUTS, hf_inputs, hf_layouts
+from pytest_nobreak.models.hf.inputs import hf_inputs, hf_layouts
 from pytest_nobreak.models.hf.shrinking import SHRINKS, shallow, shrink
 from pytest_nobreak.models.skips import BuildSkip, first_line
 
 __all__ = [
-    "HF_MAIN_INPUTS",
     "MAX_PARAMS",
     "SET_TASKS",
     "SHRINKS",
@@ -31,7 +29,6 @@ __all__ = [
     "first_line",
     "hf_inputs",
     "hf_layouts",
-    "hf_main_input",
     "hf_set",
     "shallow",
     "shrink",

@@ -26,7 +26,6 @@ __all__ = [
     "auto_modules",
     "build_hf",
     "check_hf",
-    "hf_main_input",
     "hf_set",
 ]
 
@@ -228,10 +227,3 @@ def _native_backbones(values: dict[str, Any], configuration: Any) -> None:
         values[key] = configuration.CONFIG_MAPPING[native]().to_dict()
         if "use_timm_backbone" in values:
             values["use_timm_backbone"] = False
-
-
-def hf_main_input(model_type: str, task: str) -> str:
-    """The name of the main input of the model class (``input_ids``, ``pixel_values``, ...),
-    without building it. Raises :class:`BuildSkip` when the class cannot be imported."""
-    modeling, _ = auto_modules()
-    return str(getattr(_class(getattr(modeling, TASKS[task]), model_type), "main_input_name", ""))
