@@ -446,19 +446,28 @@ def _split(example: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
 
 def first_tensor(out: Any) -> torch.Tensor:
     """The output compared with the reference: a tensor, or the first floating tensor of a
-    ``ModelOutput``/dict (``logits``, ``last_hidden_state``) or tuple."""
+    ``ModelOutput``/dict (``logits``, ``last_hidden_state``) or tuple; of an output with none
+    (an audio tokenizer's codes), its first tensor, as floats."""
     if isinstance(out, torch.Tensor):
         return out
+    tensors = list(_tensors(out))
+    for tensor in tensors:
+        if tensor.is_floating_point():
+            return tensor
+    if tensors:
+        return tensors[0].float()
+    raise TypeError(f"no tensor in the model's output ({type(out).__name__})")
+
+
+def _tensors(out: Any) -> Iterator[torch.Tensor]:
+    """The tensors of a nested output, depth first."""
+    if isinstance(out, torch.Tensor):
+        yield out
+        return
     values = list(out.values()) if isinstance(out, Mapping) else out
     if isinstance(values, (tuple, list)):
         for value in values:
-            try:
-                tensor = first_tensor(value)
-            except TypeError:
-                continue
-            if tensor.is_floating_point():
-                return tensor
-    raise TypeError(f"no tensor in the model's output ({type(out).__name__})")
+            yield from _tensors(value)
 
 
 class TimeLimitExceeded(BaseException):

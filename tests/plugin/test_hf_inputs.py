@@ -174,6 +174,22 @@ RULES = [
     pytest.param(
         "voxtral", {"input_ids": (2, 16), "attention_mask": (2, 16)}, id="text-alone-first"
     ),
+    pytest.param(
+        "pe_audio",
+        {"input_ids": (2, 16), "input_values": (2, 1, 5120), "attention_mask": (2, 16)},
+        id="text-beside-a-waveform",
+    ),
+    pytest.param(
+        "vibevoice_acoustic_tokenizer_encoder",
+        {"hidden_states": (2, 1, 5120)},
+        id="main-input-named-otherwise",
+    ),
+    pytest.param(
+        "vibevoice_acoustic_tokenizer_decoder",
+        {"hidden_states": (2, 64, 16)},
+        id="latents-channels-first",
+    ),
+    pytest.param("pp_ocrv6_small_rec", {"pixel_values": (2, 3, 128, 128)}, id="larger-image"),
 ]
 
 
@@ -244,3 +260,11 @@ def test_omdet_gets_its_class_and_task_prompts() -> None:
     }
     assert inputs["classes_attention_mask"].all()
     assert inputs["classes_structure"].tolist() == [1, 1]
+
+
+def test_an_output_of_codes_alone_is_compared_as_floats() -> None:
+    model = built("wavtokenizer_encoder")  # its output: integer audio codes and their mask
+    with torch.no_grad():
+        codes = model.module(**model.inputs()[1]).audio_codes
+    assert not codes.is_floating_point()
+    assert torch.equal(model.reference, codes.float())

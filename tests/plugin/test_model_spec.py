@@ -293,7 +293,7 @@ def test_a_named_model_whose_main_input_its_forward_describes_is_checked(
 def test_a_sweep_skips_what_cannot_be_built_with_the_reason(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("pytest_nobreak.models.hf.architectures.MAX_PARAMS", 1000)
+    monkeypatch.setattr("pytest_nobreak.models.skips.MAX_PARAMS", 1000)
     monkeypatch.setattr("pytest_nobreak.models.hf.hf_set", lambda name: ["hf:bert", "hf:vit"])
     result = run(pytester, "--nobreak-model", "hf:vision", "-rs", "--nobreak-json", "r.json")
     result.assert_outcomes(skipped=6)
@@ -310,7 +310,7 @@ def test_a_named_model_that_cannot_be_built_fails(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A gate on a model the user named must not pass the day the model stops building."""
-    monkeypatch.setattr("pytest_nobreak.models.hf.architectures.MAX_PARAMS", 1000)
+    monkeypatch.setattr("pytest_nobreak.models.skips.MAX_PARAMS", 1000)
     result = run(pytester, "--nobreak-model", "hf:bert", "--nobreak-json", "r.json")
     result.assert_outcomes(failed=3)
     assert result.ret == pytest.ExitCode.TESTS_FAILED

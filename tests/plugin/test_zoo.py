@@ -74,7 +74,7 @@ def test_a_small_run_gives_each_kind_of_row(
 ) -> None:
     pytester.makepyfile(fac=FACTORIES)
     monkeypatch.setenv("NB_BREAK", "1")
-    monkeypatch.setattr("pytest_nobreak.models.hf.architectures.MAX_PARAMS", 1000)
+    monkeypatch.setattr("pytest_nobreak.models.skips.MAX_PARAMS", 1000)
     result = pytester.runpytest(
         *QUIET,
         *("--nobreak-model", "fac.py:mlp", "--nobreak-model", "fac.py:branchy"),

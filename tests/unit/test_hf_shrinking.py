@@ -3,7 +3,8 @@ config dicts, and the architectures each rule brought into the zoo, built and ru
 
 Each dict test holds one rule: the per-layer lists and layer indices that follow a cut in
 depth, the multimodal rotary sections that follow the head, a Mamba-2 mixer's heads, the
-proportional fallback's widths, and the shallow fallback's untouched widths.
+proportional fallback's widths, the shallow fallback's untouched widths, and the sizes a
+config leaves unset.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pytest_nobreak.models.hf.shrinking import (
     shrink,
     whole_backbone,
 )
-from pytest_nobreak.models.hf.sizes import HIDDEN, VOCAB
+from pytest_nobreak.models.hf.sizes import HIDDEN, SLIDING_WINDOW, VOCAB
 
 LLAMA_LIKE = {
     "model_type": "toy",
@@ -148,6 +149,9 @@ def test_proportional_divides_every_width_alike_and_keeps_counts() -> None:
         "hf:dory",  # sections of the depth
         "hf:rt_detr",  # a backbone that keeps its stages
         "hf:mimi",  # a codec
+        "hf:molmo2",  # an adapter's indices into the vision tower's layers
+        "hf:cohere_compass_text",  # rotary parameters per kind of layer, unset by default
+        "hf:step3p7",  # a sliding window its layer types do not name
     ],
 )
 def test_architectures_the_rules_bring_in_build_and_run(spec: str) -> None:
@@ -250,3 +254,39 @@ def test_an_efficientnet_is_shrunk_to_its_b0_with_the_head_width_that_goes_with_
 def test_a_codecs_first_channels_are_shrunk() -> None:
     values = {"model_type": "mimi", "num_filters": 64, "upsampling_ratios": [8, 6, 5, 4]}
     assert shrink(values)["num_filters"] == 16
+
+
+def test_indices_into_the_vision_towers_layers_point_at_the_layers_kept() -> None:
+    values = {
+        "model_type": "toy_vlm",
+        "vision_config": {"model_type": "toy_vit", "num_hidden_layers": 27},
+        "adapter_config": {"model_type": "toy_adapter", "vision_feature_layer": [24, 18]},
+        "vision_feature_layer": -2,  # still inside the kept depth: left as it is
+    }
+    for out in (shrink(values), shallow(values)):
+        assert out["vision_config"]["num_hidden_layers"] == 2
+        assert out["adapter_config"]["vision_feature_layer"] == [1, 0]  # the deepest last
+        assert out["vision_feature_layer"] == -2
+
+
+def test_rotary_parameters_left_empty_are_given_per_kind_of_layer() -> None:
+    values = {
+        **LLAMA_LIKE,
+        "num_hidden_layers": 4,
+        "layer_types": ["full_attention", "sliding_attention"] * 2,
+        "rope_parameters": {},
+        "sliding_window": None,
+    }
+    out = shrink(values)
+    assert set(out["rope_parameters"]) == {"full_attention", "sliding_attention"}
+    assert out["rope_parameters"]["full_attention"]["rope_type"] == "default"
+    assert out["sliding_window"] == SLIDING_WINDOW
+    assert shrink({**values, "rope_parameters": {"rope_theta": 1e4}})["rope_parameters"] == {
+        "rope_theta": 1e4
+    }
+
+
+def test_a_sliding_window_is_set_when_sliding_heads_are_configured() -> None:
+    values = {**LLAMA_LIKE, "sliding_window": None, "num_sliding_attention_heads": 64}
+    assert shrink(values)["sliding_window"] == SLIDING_WINDOW
+    assert shrink({**values, "num_sliding_attention_heads": 0})["sliding_window"] is None

@@ -13,14 +13,11 @@ import torch
 from torch import nn
 
 from pytest_nobreak.models.diffusers.shrinking import shrink
-from pytest_nobreak.models.skips import BuildSkip, first_line
+from pytest_nobreak.models.skips import MAX_PARAMS, BuildSkip, first_line, instantiate
 from pytest_nobreak.models.spec import SpecError
 
 __all__ = ["MAX_PARAMS", "build_diffusers", "check_diffusers", "diffusers_set"]
 
-#: A model still bigger than this after shrinking is skipped (its config defies the rules):
-#: building and compiling it would take most of the per-model time limit.
-MAX_PARAMS = 20_000_000
 #: Exported names that are never a model class (close matches of a misspelt class are looked
 #: for among the others).
 _NOT_MODELS = ("Pipeline", "Scheduler", "Mixin", "Config", "Processor", "Output", "Guider")
@@ -113,20 +110,7 @@ def build_diffusers(
     except Exception as exc:
         raise BuildSkip(f"its config cannot be shrunk: {first_line(exc)}") from None
     make: Any = getattr(cls, "from_config", None) or cls
-    try:
-        with torch.device("meta"):  # count the parameters before allocating them
-            params = sum(p.numel() for p in make(config).parameters())
-        if params > MAX_PARAMS:
-            raise BuildSkip(
-                f"still {params / 1e6:.0f}M parameters after shrinking (limit "
-                f"{MAX_PARAMS / 1e6:.0f}M)"
-            )
-        torch.manual_seed(0)
-        model = make(config)
-    except BuildSkip:
-        raise
-    except Exception as exc:
-        raise BuildSkip(f"{name} cannot be built: {first_line(exc)}") from None
+    model = instantiate(make, config, name)
     _unzero(model)
     built: nn.Module = model.eval()
     return built

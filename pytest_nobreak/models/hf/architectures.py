@@ -12,11 +12,10 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import torch
 from torch import nn
 
 from pytest_nobreak.models.hf.shrinking import shrink
-from pytest_nobreak.models.skips import BuildSkip, first_line
+from pytest_nobreak.models.skips import MAX_PARAMS, BuildSkip, first_line, instantiate
 from pytest_nobreak.models.spec import SpecError
 
 __all__ = [
@@ -50,9 +49,6 @@ SET_TASKS = {
     "vision": ("image-classification",),
     "audio": ("ctc", "audio-classification", "speech-seq2seq"),
 }
-#: A model still bigger than this after shrinking is skipped (its config defies the rules):
-#: building and compiling it would take most of the per-model time limit.
-MAX_PARAMS = 20_000_000
 
 
 def auto_modules() -> Any:
@@ -134,20 +130,7 @@ def build_hf(
         config = config_cls.from_dict(shrinker(values))
     except Exception as exc:
         raise BuildSkip(f"its config cannot be shrunk: {first_line(exc)}") from None
-    try:
-        with torch.device("meta"):  # count the parameters before allocating them
-            params = sum(p.numel() for p in model_cls(config).parameters())
-        if params > MAX_PARAMS:
-            raise BuildSkip(
-                f"still {params / 1e6:.0f}M parameters after shrinking (limit "
-                f"{MAX_PARAMS / 1e6:.0f}M)"
-            )
-        torch.manual_seed(0)
-        model = model_cls(config)
-    except BuildSkip:
-        raise
-    except Exception as exc:
-        raise BuildSkip(f"{model_cls.__name__} cannot be built: {first_line(exc)}") from None
+    model = instantiate(model_cls, config, model_cls.__name__)
     built: nn.Module = model.eval()
     return built
 

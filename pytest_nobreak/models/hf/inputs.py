@@ -75,12 +75,17 @@ def _main(call: Call) -> str:
     """The main input's name: ``main_input_name`` (the first of a list), or, when the forward
     does not take that (a vision tower keeps its VLM's ``input_ids``), its first required
     parameter, else its first."""
-    main = getattr(call.model, "main_input_name", "input_ids")
-    name = main if isinstance(main, str) else main[0]
+    name = _declared(call)
     if name in call.params or not call.params:
         return name
     required = [p for p in call.params if call.required(p)]
     return (required or list(call.params))[0]
+
+
+def _declared(call: Call) -> str:
+    """The model's ``main_input_name`` (the first of a list)."""
+    main = getattr(call.model, "main_input_name", "input_ids")
+    return main if isinstance(main, str) else str(main[0])
 
 
 def _main_layouts(call: Call, main: str) -> list[dict[str, Any]]:
@@ -96,7 +101,14 @@ def _main_layouts(call: Call, main: str) -> list[dict[str, Any]]:
         raise BuildSkip(
             f"cannot infer its main input {main!r}; give --nobreak-model-inputs (e.g. {main}=2x16)"
         )
-    return [{main: value}]
+    layouts = [{main: value}]
+    declared = _declared(call)
+    if declared != main and declared in _MAKERS and declared != "input_ids":
+        # Then, when the forward names its main input otherwise (VibeVoice's tokenizers call
+        # their waveform ``hidden_states``), as what the model declares it to be.
+        made = _MAKERS[declared](call)
+        layouts += [{main: value} for layout in made for value in layout.values()]
+    return layouts
 
 
 def _needed(call: Call, name: str) -> bool:
@@ -129,7 +141,11 @@ def _ids(call: Call) -> list[dict[str, Any]]:
     elif "input_features" in call.params and not _has_tokens(call.config, "audio"):
         # Text alone first: an audio LM without its audio token set takes no audio.
         beside += _features(call)
-    return [{**ids, **other, **mask} for mask in masked for other in beside]
+    layouts = [{**ids, **other, **mask} for mask in masked for other in beside]
+    if "input_values" in call.params:
+        # Last: text beside a waveform (PE Audio's dual encoder).
+        layouts += [{**ids, **wave, **mask} for mask in masked for wave in _values(call)]
+    return layouts
 
 
 def _has_tokens(config: Any, kind: str) -> bool:
@@ -161,9 +177,14 @@ def _pixels(call: Call) -> list[dict[str, Any]]:
         # A video model: frames (shrunk to FRAMES) of that image, frame axis second.
         video = torch.randn(batch, frames, channels, h, w)
         return [{"pixel_values": v} for v in (image, video, video.transpose(1, 2))]
-    # Else, last, a stack of two images: a pair to match (LightGlue), a clip (X-CLIP),
-    # the images of one prompt (IDEFICS).
-    return [{"pixel_values": image}, {"pixel_values": torch.randn(batch, 2, channels, h, w)}]
+    # Else a stack of two images: a pair to match (LightGlue), a clip (X-CLIP), the images of
+    # one prompt (IDEFICS).
+    layouts = [{"pixel_values": image}, {"pixel_values": torch.randn(batch, 2, channels, h, w)}]
+    if sub(call.config, "image_size", None) is None:
+        # Last, when the config gives no image size, a larger guess: a network may pool the
+        # image down further than the shrunk size allows (PP-OCR's text recognizers).
+        layouts.append({"pixel_values": torch.randn(batch, channels, 4 * h, 4 * w)})
+    return layouts
 
 
 def _videos(call: Call) -> list[dict[str, Any]]:
@@ -219,8 +240,8 @@ def _values(call: Call) -> list[dict[str, Any]]:
     if hop:  # whole tokens of samples (Muse Spark)
         layouts.append(torch.randn(batch, hop * seq))
     width = first_width(call.model)
-    if width:  # hidden states already (a SpeechT5 without its pre-nets)
-        layouts.append(torch.randn(batch, seq, width))
+    if width:  # hidden states already (a SpeechT5 without its pre-nets); latents, channels first
+        layouts += [torch.randn(batch, seq, width), torch.randn(batch, width, seq)]
     return [{"input_values": values} for values in layouts]
 
 

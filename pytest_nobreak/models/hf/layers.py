@@ -7,7 +7,7 @@ from typing import Any
 
 from pytest_nobreak.models.hf.sizes import LAYER_KEYS, SHRUNK
 
-__all__ = ["cut_layers", "one_block_per_stage"]
+__all__ = ["cut_layers", "follow_feature_layers", "one_block_per_stage"]
 
 #: Blocks per stage of a network whose stages the shrink keeps (EfficientNet, Hiera).
 _REPEATS = ("num_block_repeats", "blocks_per_stage")
@@ -99,3 +99,33 @@ def _pointing(key: str, indices: list[int], where: dict[int, int]) -> list[int]:
         return mapped
     nearest = min(where, key=lambda layer: abs(layer - indices[0]))
     return [where[nearest]]
+
+
+#: Keys holding indices into the vision tower's layers, of the model or of a sibling sub-config
+#: (Molmo 2's adapter).
+_FEATURE_LAYERS = ("vision_feature_layer", "vision_feature_layers")
+
+
+def follow_feature_layers(values: dict[str, Any], out: dict[str, Any]) -> None:
+    """Indices of vision-tower layers whose states a model takes (``vision_feature_layer``)
+    point at the layers the cut kept, when they no longer fit its depth: the deepest one at the
+    last layer, the next at the one before, and so on, in their order."""
+    before, after = values.get("vision_config"), out.get("vision_config")
+    if not (isinstance(before, dict) and isinstance(after, dict)):
+        return
+    key = next((k for k in LAYER_KEYS if type(before.get(k)) is int), None)
+    if key is None or type(after.get(key)) is not int or after[key] >= before[key]:
+        return
+    old, new = before[key], after[key]
+    for config in (out, *(v for v in out.values() if isinstance(v, dict))):
+        for name in _FEATURE_LAYERS:
+            value = config.get(name)
+            indices = [value] if type(value) is int else value
+            if not (isinstance(indices, list) and indices and all(type(i) is int for i in indices)):
+                continue
+            if all(-new <= i < new for i in indices):
+                continue
+            deepest = sorted({i % old for i in indices}, reverse=True)
+            rank = {layer: max(new - 1 - n, 0) for n, layer in enumerate(deepest)}
+            mapped = [rank[i % old] for i in indices]
+            config[name] = mapped[0] if type(value) is int else mapped

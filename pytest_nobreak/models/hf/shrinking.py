@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_nobreak.models.hf.heads import scale_head_dims, scale_rope_sections, ssm_heads
-from pytest_nobreak.models.hf.layers import cut_layers, one_block_per_stage
+from pytest_nobreak.models.hf.layers import cut_layers, follow_feature_layers, one_block_per_stage
 from pytest_nobreak.models.hf.sizes import (
     AUDIO_POSITIONS,
     CODEC_CHANNELS,
@@ -98,6 +98,7 @@ def shrink(
         out["window_size"] = min(values["window_size"], 2)
     one_block_per_stage(values, out)
     _follow_across(values, out)
+    follow_feature_layers(values, out)
     width = values.get("width_coefficient")
     if "downsampling_ratios" in values and type(values.get("encoder_hidden_size")) is int:
         # A codec's (DAC's) first encoder channels, which double per down-sampling stage.
@@ -151,11 +152,20 @@ _UNSET = {
 
 def _unset_filled(values: dict[str, Any]) -> dict[str, Any]:
     """``values`` with the sizes it leaves unset given: those of :data:`_UNSET`, the key/value
-    heads (as many as the query heads) and the head width (hidden size over heads)."""
+    heads (as many as the query heads), the head width (hidden size over heads), a sliding
+    window for sliding layers, and rotary parameters for each kind of layer."""
     unset = {key for key, value in values.items() if value is None}
-    if not unset:
+    kinds = values.get("layer_types")
+    rope_unset = isinstance(kinds, list) and values.get("rope_parameters") == {}
+    if not unset and not rope_unset:
         return values
     out = dict(values)
+    if rope_unset and isinstance(kinds, list):
+        # Rotary parameters per kind of layer, which the model looks up by its layer types
+        # (Cohere Compass): a released checkpoint's, the default rotation.
+        out["rope_parameters"] = {
+            str(kind): {"rope_type": "default", "rope_theta": 10000.0} for kind in kinds
+        }
     for key in unset & set(_UNSET):
         out[key] = _UNSET[key]
     hidden = next((values[k] for k in HIDDEN_KEYS if type(values.get(k)) is int), None)
@@ -164,8 +174,10 @@ def _unset_filled(values: dict[str, Any]) -> dict[str, Any]:
         out["num_key_value_heads"] = heads
     if "head_dim" in unset and hidden and heads:
         out["head_dim"] = hidden // heads
-    kinds = values.get("layer_types")
-    if "sliding_window" in unset and isinstance(kinds, list) and "sliding_attention" in kinds:
+    sliding = isinstance(kinds, list) and "sliding_attention" in kinds
+    # Step 3.7 builds a sliding mask for every forward; only its head count tells.
+    sliding = sliding or bool(values.get("num_sliding_attention_heads"))
+    if "sliding_window" in unset and sliding:
         out["sliding_window"] = SLIDING_WINDOW  # sliding layers need a window
     return out
 
@@ -242,6 +254,7 @@ def shallow(values: dict[str, Any]) -> dict[str, Any]:
             if values.get(key) == len(depths):
                 out[key] = len(depths)  # a count of the stages, which are all kept
     cut_layers(values, out)
+    follow_feature_layers(values, out)
     scale_rope_sections(values, out)
     if any(out.get(k) != values.get(k) for k in LAYER_KEYS):
         for key in ("out_features", "out_indices", "stage_names"):
