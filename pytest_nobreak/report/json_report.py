@@ -242,10 +242,16 @@ def build_report(
 def merge_report(existing: Mapping[str, Any] | None, report: Mapping[str, Any]) -> dict[str, Any]:
     """``report`` plus the entries of ``existing`` for the tests ``report`` does not have.
 
-    Kept entries are copied as they are; the header is ``report``'s.
+    Kept entries are copied as they are; the header is ``report``'s. A test's note (its skip
+    or failure reason, in ``models``) goes with its entry: a test ``report`` has keeps only
+    ``report``'s note, so a check that passes now does not keep an old run's reason.
     """
     tests = dict(existing["tests"]) if existing is not None else {}
     tests.update(report["tests"])
+    if existing is not None and existing.get(MODELS_KEY):
+        notes = existing[MODELS_KEY]
+        kept = {key: note for key, note in notes.items() if key not in report["tests"]}
+        existing = {**existing, MODELS_KEY: kept}
     return {**report, "tests": tests, **merge_sections(existing, report)}
 
 

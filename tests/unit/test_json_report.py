@@ -318,6 +318,21 @@ def test_merge_keeps_the_tests_the_newer_report_does_not_have() -> None:
     assert merge_report(None, new) == new
 
 
+def test_merge_drops_the_old_note_of_a_test_the_newer_report_has() -> None:
+    skipped = TestRecord(BROKEN.nodeid, "skipped", True, Figures())
+    old = {
+        **build_report("2.13.0", "asic", "default", [CLEAN, skipped]),
+        "models": {
+            BROKEN.nodeid: {"reason": "hf:x: not built", "finished": False},
+            CLEAN.nodeid: {"reason": "hf:y: off the bound", "finished": True},
+        },
+    }
+    fixed = TestRecord(BROKEN.nodeid, "passed", True, Figures(graphs=1))
+    merged = merge_report(old, build_report("2.13.0", "asic", "default", [fixed]))
+    # The passing test's old reason is gone; the test the new run did not have keeps its own.
+    assert merged["models"] == {CLEAN.nodeid: {"reason": "hf:y: off the bound", "finished": True}}
+
+
 def test_write_report_replaces_the_existing_file_with_this_run(tmp_path: Path) -> None:
     """A CI artifact says what this run did: no entry of an earlier run survives."""
     path = tmp_path / "out" / "nobreak.json"
