@@ -287,13 +287,17 @@ def test_shown_slice_matches_lines_in_order_with_gaps() -> None:
 
 
 def _environment(mac_log: Path | None = None) -> dict[str, str]:
-    """The user's shell: no settings of the outer test run, an 80-column terminal, no color;
-    and the suite's MAC accounting check (tests/mac_check.py), which prints nothing, logging
-    to ``mac_log``."""
+    """The user's shell: no settings of the outer test run, an 80-column terminal, no color,
+    Python's own bytecode caching; and the suite's MAC accounting check (tests/mac_check.py),
+    which prints nothing, logging to ``mac_log``.
+
+    A CI image may set ``PYTHONDONTWRITEBYTECODE``: then each of these runs would assertion-
+    rewrite hypothesis's 73 modules anew (the user's plugins load here), 0.9 s a run."""
     env = {
         name: value
         for name, value in os.environ.items()
-        if not name.startswith(("PYTEST_", "GITHUB_")) and name not in ("CI", "COLUMNS")
+        if not name.startswith(("PYTEST_", "GITHUB_"))
+        and name not in ("CI", "COLUMNS", "PYTHONDONTWRITEBYTECODE")
     }
     check = {"PYTEST_ADDOPTS": MAC_CHECK, "PYTHONPATH": inner_pythonpath()}
     if mac_log is not None:
@@ -322,23 +326,13 @@ def test_the_pages_json_samples_are_found() -> None:
 
 
 @pytest.mark.parametrize("sample", _json_samples(), ids=lambda m: m["name"])
-def test_a_json_sample_is_the_file_a_real_run_writes(sample: re.Match[str], tmp_path: Path) -> None:
+def test_a_json_sample_is_the_file_a_real_run_writes(
+    sample: re.Match[str], tmp_path: Path, recordings: Recordings
+) -> None:
     """``<!-- readme-json: NAME project=DIR file=PATH -->`` marks a ```json block: the file
     PATH as ``tests/readme_projects/DIR/NAME.sh`` leaves it, its ``tests`` cut to some."""
     hidden = HIDDEN / sample["project"]
-    shutil.copytree(hidden, tmp_path, dirs_exist_ok=True, ignore=_scripts)
-    env = _environment()
-    path = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
-    proc = subprocess.run(
-        ["bash", "-euo", "pipefail", str(hidden / f"{sample['name']}.sh")],
-        cwd=tmp_path,
-        env={**env, "PATH": path},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    _set_up(hidden, hidden / f"{sample['name']}.sh", tmp_path, _environment(), recordings)
     written = json.loads((tmp_path / sample["file"]).read_text(encoding="utf-8"))
     shown = json.loads(sample["text"])
     assert shown["tests"], "the sample shows no test"
@@ -353,28 +347,14 @@ _PROGRAMS = {"pytest": _pytest, "python": lambda: [sys.executable]}
 
 
 @pytest.mark.parametrize("project", _projects(), ids=lambda p: p.name)
-def test_readme_run_prints_what_the_readme_shows(project: Project, tmp_path: Path) -> None:
+def test_readme_run_prints_what_the_readme_shows(
+    project: Project, tmp_path: Path, recordings: Recordings
+) -> None:
     mac_log = tmp_path.parent / f"{tmp_path.name}.macs"
     env = _environment(mac_log)
     if project.hidden is not None:
-        shutil.copytree(project.hidden, tmp_path, dirs_exist_ok=True, ignore=_scripts)
-        setup = project.hidden / f"{project.name}.sh"
-        if setup.exists():
-            # `pytest` and `python` there are this environment's, as in the shown commands.
-            path = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
-            proc = subprocess.run(
-                ["bash", "-euo", "pipefail", str(setup)],
-                cwd=tmp_path,
-                env={**env, "PATH": path},
-                capture_output=True,
-                text=True,
-                timeout=600,
-                check=False,
-            )
-            assert proc.returncode == 0, (
-                f"{setup.name}:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}"
-            )
-            mac_log.unlink(missing_ok=True)  # the shown commands' checks are counted below
+        _set_up(project.hidden, project.hidden / f"{project.name}.sh", tmp_path, env, recordings)
+        mac_log.unlink(missing_ok=True)  # the shown commands' checks are counted below
     for path, text in project.files.items():
         (tmp_path / path).write_text(text, encoding="utf-8")
     for number, command in enumerate(project.commands, start=1):
@@ -409,6 +389,66 @@ def test_readme_run_prints_what_the_readme_shows(project: Project, tmp_path: Pat
 
 def _scripts(directory: str, names: list[str]) -> list[str]:
     return [name for name in names if name.endswith(".sh")]
+
+
+#: The first step of most of the ci project's scripts: the suite's baseline recorded.
+RECORD = "pytest -q --nobreak-update-baseline"
+
+
+@dataclasses.dataclass
+class Recordings:
+    """Each project's directory after :data:`RECORD`, made once per module: seven scripts start
+    with that run, and each pytest process costs 4 s."""
+
+    root: Path
+    done: dict[Path, Path] = dataclasses.field(default_factory=dict)
+
+    def of(self, hidden: Path, env: dict[str, str]) -> Path:
+        if hidden not in self.done:
+            directory = self.root / hidden.name
+            shutil.copytree(hidden, directory, ignore=_scripts)
+            _run_script(RECORD, directory, env, f"{hidden.name}: {RECORD}")
+            self.done[hidden] = directory
+        return self.done[hidden]
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> Recordings:
+    return Recordings(tmp_path_factory.mktemp("recorded"))
+
+
+def _set_up(
+    hidden: Path, script: Path, cwd: Path, env: dict[str, str], recordings: Recordings
+) -> None:
+    """``hidden``'s files in ``cwd``, and its ``script`` run there when it has one (the earlier
+    runs and edits the page tells of). A script that starts with :data:`RECORD` starts from a
+    copy of the directory that run leaves: the same files, bytecode caches aside (they name the
+    directory they were compiled in)."""
+    steps = script.read_text(encoding="utf-8").splitlines() if script.exists() else []
+    first = next((i for i, line in enumerate(steps) if line and not line.startswith("#")), None)
+    if first is not None and steps[first] == RECORD:
+        ignore = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(recordings.of(hidden, env), cwd, dirs_exist_ok=True, ignore=ignore)
+        steps = steps[first + 1 :]
+    else:
+        shutil.copytree(hidden, cwd, dirs_exist_ok=True, ignore=_scripts)
+    if steps:
+        _run_script("\n".join(steps), cwd, env, script.name)
+
+
+def _run_script(script: str, cwd: Path, env: dict[str, str], name: str) -> None:
+    # `pytest` and `python` there are this environment's, as in the shown commands.
+    path = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=cwd,
+        env={**env, "PATH": path},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, f"{name}:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}"
 
 
 def test_readme_example_files_are_the_repository_files() -> None:
