@@ -55,15 +55,17 @@ def dyn_sdpa(
         keep = torch.ones(length, source, dtype=torch.bool, device=q.device).tril()
         scores.masked_fill_(~keep, -math.inf)
     if attn_mask is None:
-        # Every row keeps at least one score (causal keeps the diagonal): a plain softmax.
-        probs = torch.softmax(scores, -1)
+        # Every row keeps at least one score (causal keeps the diagonal): a plain softmax, in
+        # place (torch.softmax's kernel, whose output may be its input: each row is read for its
+        # maximum before it is written), as the scores are this op's own.
+        probs = torch.ops.aten._softmax.out(scores, -1, False, out=scores)
     else:
         if attn_mask.dtype == torch.bool:
             scores = scores.masked_fill(~attn_mask, -math.inf)
         else:
             scores = scores + attn_mask.to(torch.float32)
         probs = torch.ops.aten._safe_softmax(scores, -1)
-    return _laid_out_like(q, dut_matmul(probs, v, device).to(q.dtype))
+    return _laid_out_like(q, dut_matmul(probs, v, device, consume_a=True).to(q.dtype))
 
 
 def _laid_out_like(q: Tensor, out: Tensor) -> Tensor:

@@ -86,12 +86,16 @@ def choose_qparams_rows(
     return scale.to(scale_dtype or x.dtype), zp
 
 
-def quantize_rows(x: Tensor, scale: Tensor, zp: Tensor | None, qmin: int, qmax: int) -> Tensor:
+def quantize_rows(
+    x: Tensor, scale: Tensor, zp: Tensor | None, qmin: int, qmax: int, *, consume: bool = False
+) -> Tensor:
     """``clamp(round(x · (1/scale)) + zp)`` as int8: TorchAO's and PT2E's formula (a reciprocal
     multiply, ``torch.round`` is half to even). ``zp`` None: a zero zero-point (symmetric), which
-    adds nothing; passing None rather than zeros spares a pass and a host sync per call."""
+    adds nothing; passing None rather than zeros spares a pass and a host sync per call.
+    ``consume``: ``x`` (float32) is the caller's to give up, and is worked on in place."""
     # torch computes 1.0 / scale as reciprocal(scale) * 1.0: the same values, one kernel fewer.
-    q = x * torch.reciprocal(scale)
+    recip = torch.reciprocal(scale)
+    q = x.mul_(recip) if consume and x.dtype == torch.float32 else x * recip
     q.round_()
     if zp is not None:
         q.add_(zp)
@@ -103,9 +107,10 @@ def quantize_rows(x: Tensor, scale: Tensor, zp: Tensor | None, qmin: int, qmax: 
 TWO_REDUCTIONS_MIN_NUMEL = 1 << 15
 
 
-def quantize_sym_rows(x: Tensor) -> tuple[Tensor, Tensor]:
+def quantize_sym_rows(x: Tensor, *, consume: bool = False) -> tuple[Tensor, Tensor]:
     """The backend's own dynamic int8 of a 2-D ``x``: symmetric per row, TorchAO's formula
-    (``amax / 127.5``). ``(q int8, scale f32 [rows, 1])``.
+    (``amax / 127.5``). ``(q int8, scale f32 [rows, 1])``. ``consume``: as
+    :func:`quantize_rows` takes it (``x`` is overwritten).
 
     A row of one value (the operand of an outer product, K = 1, such as rotary angles) takes
     ``|v| / 127`` instead, so it becomes exactly ±127 and the product is exact: int8 rounding
@@ -128,7 +133,7 @@ def quantize_sym_rows(x: Tensor) -> tuple[Tensor, Tensor]:
         scale = scale.div_(float(INT8_MAX - INT8_MIN) / 2).clamp_(min=F32_EPS)
         if scale.dtype != torch.float32:
             scale = scale.to(torch.float32)
-    return quantize_rows(x, scale, None, INT8_MIN, INT8_MAX), scale
+    return quantize_rows(x, scale, None, INT8_MIN, INT8_MAX, consume=consume), scale
 
 
 def _quantize_weight(w: Tensor, transposed: bool) -> tuple[Tensor, Tensor]:
@@ -414,23 +419,28 @@ FUSABLE: dict[Any, Any] = {
 # -- asic::dyn_matmul: activation x activation -------------------------------------------------
 
 
-def dut_matmul(a: Tensor, b: Tensor, device: str, alpha: float = 1.0) -> Tensor:
+def dut_matmul(
+    a: Tensor, b: Tensor, device: str, alpha: float = 1.0, *, consume_a: bool = False
+) -> Tensor:
     """``alpha · (a @ b)`` of two float activations on the DUT, as float32: ``[..., M, K] @
     [..., K, N]``, batch dims broadcast, ``a`` quantized symmetric per row and ``b`` per column;
-    one DUT GEMM per batch element. ``alpha`` is folded into the rescale (no extra pass)."""
+    one DUT GEMM per batch element. ``alpha`` is folded into the rescale (no extra pass).
+    ``consume_a``: ``a`` is the caller's float32 temporary, quantized in place (attention's
+    probabilities: a new tensor as large is a pass over fresh pages)."""
     batch = _broadcast_shapes(a.shape[:-2], b.shape[:-2])
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     if batch.numel() * m * k * n == 0:  # nothing to multiply (an empty sum is 0)
         return a.new_zeros((*batch, m, n), dtype=torch.float32)
     a3 = a.expand(*batch, m, k).reshape(batch.numel(), m, k)
     bt3 = b.expand(*batch, k, n).reshape(batch.numel(), k, n).transpose(1, 2)
-    aq, a_scale = quantize_sym_rows(a3.reshape(-1, k))
+    aq, a_scale = quantize_sym_rows(a3.reshape(-1, k), consume=consume_a and a3.is_contiguous())
     bq, b_scale = quantize_sym_rows(bt3.reshape(-1, k))
-    acc = run_bmm_i32(aq.reshape(-1, m, k), bq.reshape(-1, n, k), device=get_device(device))
-    # int32 x float32 is (float32(acc) · s_a), rounded, then · s_b: two passes, not three.
+    acc = run_bmm_i32(
+        aq.reshape(-1, m, k), bq.reshape(-1, n, k), device=get_device(device), allow_float32=True
+    )
     if alpha != 1.0:
         a_scale = a_scale * alpha
-    y = torch.mul(acc, a_scale.reshape(-1, m, 1)).mul_(b_scale.reshape(-1, 1, n))
+    y = numerics.scale_acc(acc, a_scale.reshape(-1, m, 1), b_scale.reshape(-1, 1, n), consume=True)
     return y.reshape(*batch, m, n)
 
 

@@ -401,11 +401,14 @@ def run_mm_i32(
     return acc
 
 
-def run_bmm_i32(a_q: torch.Tensor, w_q: torch.Tensor, *, device: Device) -> torch.Tensor:
+def run_bmm_i32(
+    a_q: torch.Tensor, w_q: torch.Tensor, *, device: Device, allow_float32: bool = False
+) -> torch.Tensor:
     """A batch of int32-out GEMMs on ``device`` (:func:`asic_backend.sim.numerics.bmm_i32`): int8
-    ``[B, M, K]`` by ``[B, N, K]`` gives int32 ``[B, M, N]``; counted as B GEMMs."""
+    ``[B, M, K]`` by ``[B, N, K]`` gives int32 ``[B, M, N]`` (or float32 with the same values,
+    when ``allow_float32``); counted as B GEMMs."""
     _check_device(device)
-    acc = numerics.bmm_i32(a_q, w_q, device.config.acc_overflow)
+    acc = numerics.bmm_i32(a_q, w_q, device.config.acc_overflow, allow_float32=allow_float32)
     batch, m, k = a_q.shape
     if batch:
         device.record_gemm(

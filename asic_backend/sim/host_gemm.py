@@ -251,9 +251,10 @@ def _weight_slices(w_q: torch.Tensor) -> torch.Tensor:
     return _weight_copies["slices"].get(w_q, stamp(w_q), make)
 
 
-def bmm_i32(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
+def bmm_i32(a_q: torch.Tensor, w_q: torch.Tensor, *, allow_float32: bool = False) -> torch.Tensor:
     """``a_q [B, M, K] · w_q[b] [N, K]ᵀ`` per ``b``, int8 operands, as int32 ``[B, M, N]``,
-    exactly (the caller guarantees ``K <= INT_MM_MAX_K``)."""
+    exactly (the caller guarantees ``K <= INT_MM_MAX_K``). ``allow_float32``: as
+    :func:`mm_i32` takes it (one float32 slice: that float32 tensor, the same values)."""
     batch, m, k = a_q.shape
     name = kernel_for(k)
     if name == "int_mm":
@@ -262,6 +263,8 @@ def bmm_i32(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
             torch._int_mm(_row_major(a_q[i]), _row_major(w_q[i]).t(), out=acc[i])
         return acc
     # One batched float GEMM (per K slice) instead of B small ones.
+    if name == "float32" and k <= FLOAT32_SLICE and allow_float32:
+        return a_q.to(torch.float32) @ w_q.to(torch.float32).mT
     dtype = torch.float64 if name == "float64" else torch.float32
     return _float_mm(a_q.to(dtype), w_q.to(dtype))
 

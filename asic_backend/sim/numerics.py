@@ -295,10 +295,15 @@ def linear_i32(
 
 
 def bmm_i32(
-    a_q: torch.Tensor, w_q: torch.Tensor, acc_overflow: AccOverflow = "wrap"
+    a_q: torch.Tensor,
+    w_q: torch.Tensor,
+    acc_overflow: AccOverflow = "wrap",
+    *,
+    allow_float32: bool = False,
 ) -> torch.Tensor:
     """A batch of GEMMs ``a_q[b] · w_q[b]ᵀ`` (int8 ``[B, M, K]`` by ``[B, N, K]``): int32
-    ``[B, M, N]``, contiguous, each equal to :func:`linear_i32` of its pair."""
+    ``[B, M, N]``, contiguous, each equal to :func:`linear_i32` of its pair. ``allow_float32``:
+    the result may be float32 holding the same values, where the host computed it so."""
     if a_q.dim() != 3 or w_q.dim() != 3 or a_q.shape[0] != w_q.shape[0]:
         raise ValueError(
             f"asic: a batched GEMM takes [B, M, K] and [B, N, K], got {_describe(a_q)} and "
@@ -309,7 +314,8 @@ def bmm_i32(
         out = [linear_i32(a_q[i], w_q[i], acc_overflow=acc_overflow) for i in range(batch)]
         return torch.stack(out) if out else a_q.new_zeros((0, m, w_q.shape[1]), dtype=torch.int32)
     check_gemm_operands(a_q[0], w_q[0])
-    return host_gemm.bmm_i32(a_q, w_q)  # exact: no int8 reduction of length k can leave int32
+    # exact: no int8 reduction of length k can leave int32
+    return host_gemm.bmm_i32(a_q, w_q, allow_float32=allow_float32)
 
 
 def _abs_max(t: torch.Tensor) -> int:
@@ -470,8 +476,44 @@ def quantize_bias(bias: torch.Tensor, acc_scale: float | torch.Tensor) -> torch.
     return q.clamp_(INT32_MIN, INT32_MAX).to(torch.int32)
 
 
-#: From this many accumulator entries on, :func:`dequantize_acc` casts before it multiplies.
+#: From this many accumulator entries on, :func:`scale_acc` casts before it multiplies.
 CAST_FIRST_MIN_NUMEL = 1 << 16
+
+
+def scale_acc(
+    acc: torch.Tensor,
+    a_scale: float | torch.Tensor,
+    b_scale: torch.Tensor,
+    *,
+    consume: bool = False,
+) -> torch.Tensor:
+    """``(acc·a_scale)·b_scale`` in float32, rounded after each product: the scaling of every
+    int32-out GEMM, each scale already shaped to broadcast over ``acc`` (a row's, a column's).
+    ``acc`` is int32, or float32 holding the same values (scaled in place). ``consume``: ``acc``
+    is the caller's to give up, and a large contiguous int32 one is converted in its own memory
+    (a new tensor as large is a pass over fresh pages).
+
+    >>> acc = torch.tensor([[3, -7], [100, 0]], dtype=torch.int32)
+    >>> scale_acc(acc, torch.tensor([[0.5], [0.25]]), torch.tensor([[0.1, 0.3]]))
+    tensor([[ 0.1500, -1.0500],
+            [ 2.5000,  0.0000]])
+    """
+    # The values of acc * a_scale (int32 x float32 computes in float32), the rest in place: each
+    # temporary as large as acc costs a pass. On a large accumulator the cast first and in-place
+    # multiplies take a third less time than the mixed-dtype multiply, whose fresh output is at
+    # times 5x slower again (18 against 2 ms at 16×512×512, attention's scores, measured); on a
+    # small one the extra kernel costs more than it saves (a traced graph takes the small form:
+    # its compiler fuses all of it).
+    if not torch.compiler.is_compiling() and acc.numel() >= CAST_FIRST_MIN_NUMEL:
+        if consume and acc.dtype == torch.int32 and acc.is_contiguous():
+            # Each element is read before it is written over: same size, same place.
+            y = acc.view(torch.float32).copy_(acc)
+        else:
+            y = acc.to(torch.float32)
+        y.mul_(a_scale)
+    else:
+        y = acc * a_scale
+    return y.mul_(b_scale.to(torch.float32))
 
 
 def dequantize_acc(
@@ -490,17 +532,7 @@ def dequantize_acc(
     tensor([[ 0.1500, -1.0500],
             [ 2.5000,  0.0000]])
     """
-    # The values of acc * a_scale (int32 x float32 computes in float32), the rest in place: this
-    # runs after every int32-out GEMM, and each [M,N] temporary costs a pass. On a large
-    # accumulator the cast first and an in-place multiply take a third less time than the
-    # mixed-dtype multiply; on a small one the extra kernel costs more than it saves (a traced
-    # graph takes the small form: its compiler fuses all of it).
-    if not torch.compiler.is_compiling() and acc.numel() >= CAST_FIRST_MIN_NUMEL:
-        y = acc.to(torch.float32)
-        y.mul_(a_scale)
-    else:
-        y = acc * a_scale
-    y.mul_(w_scale.to(torch.float32).reshape(1, -1))
+    y = scale_acc(acc, a_scale, w_scale.reshape(1, -1))
     if bias is not None:
         y.add_(bias)
     return y

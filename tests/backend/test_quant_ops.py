@@ -243,6 +243,60 @@ def test_dyn_matmul_broadcasts_and_runs_one_gemm_per_batch(device: Device) -> No
     assert device.snapshot().dut_ops == 6
 
 
+def _matmul_reference(a: torch.Tensor, b: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
+    """``asic::dyn_matmul``'s numbers from its definition: ``a [B, M, K]`` quantized per row,
+    ``b [B, K, N]`` per column, their int8 products summed exactly (float64), then
+    ``(float32(acc)·(s_a·alpha))·s_b`` in float32."""
+    (batch, m, k), n = a.shape, b.shape[-1]
+    aq, sa = quant_ops.quantize_sym_rows(a.reshape(-1, k))
+    bq, sb = quant_ops.quantize_sym_rows(b.transpose(1, 2).reshape(-1, k))
+    acc = aq.double().reshape(batch, m, k) @ bq.double().reshape(batch, n, k).transpose(1, 2)
+    return (acc.float() * (sa * alpha).reshape(batch, m, 1)) * sb.reshape(batch, 1, n)
+
+
+@pytest.mark.parametrize("kernel", ["int_mm", "float32"])
+@pytest.mark.parametrize(
+    "shape",
+    [(2, 5, 16, 7), (4, 128, 32, 128)],  # below and above numerics.CAST_FIRST_MIN_NUMEL
+    ids=["small", "cast-in-place"],
+)
+def test_dyn_matmul_and_sdpa_scores_are_their_formula(
+    device: Device, kernel: str, shape: tuple[int, int, int, int]
+) -> None:
+    from asic_backend.sim import host_gemm
+
+    batch, m, k, n = shape
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(batch, m, k, generator=gen), torch.randn(batch, k, n, generator=gen)
+    with host_gemm.forced(kernel):
+        assert torch.equal(ops.dyn_matmul(a, b, device.key), _matmul_reference(a, b))
+        scores = quant_ops.dut_matmul(a, b, device.key, alpha=0.125)
+    assert torch.equal(scores, _matmul_reference(a, b, alpha=0.125))
+
+
+@pytest.mark.parametrize("kernel", ["int_mm", "float32"])
+@pytest.mark.parametrize("mask", ["none", "causal", "bool"])
+def test_dyn_sdpa_is_its_formula(device: Device, kernel: str, mask: str) -> None:
+    """Both GEMMs as dyn_matmul computes them, the softmax between in float32 (the scores and
+    probabilities are the op's own temporaries, worked on in place above 64K entries)."""
+    from asic_backend.sim import host_gemm
+
+    heads, length, dim = 4, 160, 32  # 4·160·160 scores: above numerics.CAST_FIRST_MIN_NUMEL
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, heads, length, dim, generator=gen) for _ in range(3))
+    keep = torch.rand(length, length, generator=gen) > 0.3
+    scores = _matmul_reference(q[0], k[0].transpose(1, 2), alpha=dim**-0.5)
+    if mask == "causal":
+        scores = scores.masked_fill(~torch.ones_like(keep).tril(), -torch.inf)
+    elif mask == "bool":
+        scores = scores.masked_fill(~keep, -torch.inf)
+    expected = _matmul_reference(torch.softmax(scores, -1), v[0]).unsqueeze(0)
+    attn_mask = keep if mask == "bool" else None
+    with host_gemm.forced(kernel):
+        out = ops.dyn_sdpa(q, k, v, attn_mask, mask == "causal", None, False, device.key)
+    assert torch.equal(out, expected)
+
+
 def test_empty_batch(device: Device) -> None:
     out = ops.dyn_linear(torch.randn(0, 32), torch.randn(16, 32), None, False, True, device.key)
     assert out.shape == (0, 16)
