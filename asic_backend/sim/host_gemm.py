@@ -263,10 +263,8 @@ def bmm_i32(a_q: torch.Tensor, w_q: torch.Tensor, *, allow_float32: bool = False
             torch._int_mm(_row_major(a_q[i]), _row_major(w_q[i]).t(), out=acc[i])
         return acc
     # One batched float GEMM (per K slice) instead of B small ones.
-    if name == "float32" and k <= FLOAT32_SLICE and allow_float32:
-        return a_q.to(torch.float32) @ w_q.to(torch.float32).mT
     dtype = torch.float64 if name == "float64" else torch.float32
-    return _float_mm(a_q.to(dtype), w_q.to(dtype))
+    return _float_mm(a_q.to(dtype), w_q.to(dtype), allow_float32=allow_float32)
 
 
 def scratch_i32(m: int, n: int) -> torch.Tensor:
@@ -298,12 +296,16 @@ def kernel_for(k: int) -> str:
     return name
 
 
-def _float_mm(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def _float_mm(a: torch.Tensor, w: torch.Tensor, *, allow_float32: bool = False) -> torch.Tensor:
     """``a · wᵀ`` over the last two dimensions of integer-valued float operands, as int32; in
-    float32, summed over K slices short enough to stay exact."""
+    float32, summed over K slices short enough to stay exact. ``allow_float32``: a float32
+    product of one slice is returned as it is (the same values)."""
     k = a.shape[-1]
     if a.dtype == torch.float64 or k <= FLOAT32_SLICE:
-        return (a @ w.mT).to(torch.int32)
+        product = a @ w.mT
+        return (
+            product if allow_float32 and product.dtype == torch.float32 else product.to(torch.int32)
+        )
     acc: torch.Tensor | None = None
     for start in range(0, k, FLOAT32_SLICE):
         stop = start + FLOAT32_SLICE
