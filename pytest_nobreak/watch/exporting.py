@@ -53,6 +53,7 @@ from pytest_nobreak.watch.export_program import (
     _resized,
     _tensor_pairs,
     _user_input_values,
+    _without_expression_stacks,
     combine_args,
 )
 from pytest_nobreak.watch.export_report import (
@@ -298,9 +299,10 @@ class _Checker:
             torch, self.model, self.args, self.kwargs, self.dynamic_shapes
         )
         try:
-            program = torch.export.draft_export(
-                self.model, self.args, self.kwargs, dynamic_shapes=shapes
-            )
+            with _without_expression_stacks():
+                program = torch.export.draft_export(
+                    self.model, self.args, self.kwargs, dynamic_shapes=shapes
+                )
         except Exception:  # the modes' own errors already say why
             return
         self.report.draft = program

@@ -6,6 +6,7 @@ right entry (its kind label, type, line and mode) and a clean model must pass in
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import pytest
@@ -447,6 +448,44 @@ class _Branch(torch.nn.Module):
         if x.sum() > 0:
             return x + 1
         return x - 1
+
+
+class _ShapeTest(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] == 4:  # the guard draft_export finds
+            return x * 2
+        return x
+
+
+def test_draft_export_runs_without_a_stack_per_expression_and_keeps_its_findings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Traced, each symbolic expression draft_export creates costs two symbolized stacks (most
+    of its time on a real model). The check turns those entries off; its findings keep their
+    own stacks, and torch gets its tracer back."""
+    from torch._logging import _internal
+    from torch.fx.experimental import sym_node
+
+    traced: list[str] = []
+    original = sym_node.dtrace_structured
+
+    def spy(name: str, *args: object, **kwargs: object) -> None:
+        if _internal.GET_DTRACE_STRUCTURED:  # on inside draft_export: the entry is built
+            traced.append(name)
+        original(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sym_node, "dtrace_structured", spy)
+    x, shapes = torch.randn(4, 8), ({0: Dim("batch")},)
+    torch.export.draft_export(_ShapeTest(), (x,), dynamic_shapes=shapes)
+    assert "expression_created" in traced  # what the check leaves out
+    traced.clear()
+
+    result = export_check(_ShapeTest(), (x,), dynamic_shapes=shapes)
+    assert "expression_created" not in traced
+    assert sym_node.dtrace_structured is spy
+    guard_line = inspect.getsourcelines(_ShapeTest.forward)[1] + 1
+    found = [e for e in result.breaks if e.detail == "draft_export"]
+    assert [(e.kind, e.line) for e in found] == [("specialized_dim", guard_line)]
 
 
 def test_export_check_raises_export_error_with_the_entries() -> None:
