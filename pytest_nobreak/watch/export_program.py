@@ -302,3 +302,8 @@ def _without_expression_stacks() -> Iterator[None]:
         yield
     finally:
         sym_node.dtrace_structured = traced  # type: ignore[attr-defined]
+
+
+def _head(exc: BaseException) -> str:
+    """An exception's first line (its type when it has no message)."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -43,6 +43,7 @@ from pytest_nobreak.watch.export_program import (
     _declared_dims,
     _differ,
     _finding_reason,
+    _head,
     _input_path,
     _intern_table,
     _named_autos,
@@ -174,6 +175,8 @@ class _Checker:
         #: Per program (by id), the inputs of one more size inside its dynamic range that it
         #: ran on; ``None`` when it has no dynamic dimension or rejected them.
         self.second: dict[int, tuple[tuple[Any, ...], dict[str, Any]] | None] = {}
+        #: The programs (by id) that raised on the example inputs, which the model ran on.
+        self.broken: set[int] = set()
 
     def run(self, modes: Sequence[str], *, draft: bool) -> ExportReport:
         report = self.report
@@ -464,9 +467,14 @@ class _Checker:
 
         torch = self.torch
         report = self.report
-        report.lowered = lowered = lower_exported(report.program, device=device)
+        programs = [report.programs[mode] for mode in MODES if mode in report.programs]
+        runnable = [p for p in programs if id(p) not in self.broken]
+        if not runnable:  # each program's failure is reported already
+            return
+        program = runnable[0]
+        report.lowered = lowered = lower_exported(program, device=device)
         runs = [(self.args, self.kwargs)]
-        second = self.second.get(id(report.program))
+        second = self.second.get(id(program))
         if second is not None:
             runs.append(second)
         # Lazy: keeps torch out of the plugin's import until a test needs it.
@@ -556,6 +564,9 @@ class _Checker:
         }
         found: dict[str, tuple[BreakEvent, list[str]]] = {}
         for mode, program in self.report.programs.items():
+            if id(program) in self.broken:  # its failure is reported already
+                self.second[id(program)] = None
+                continue
             second = self.second[id(program)] = self._second_inputs(program)
             if second is None:
                 continue
@@ -568,7 +579,7 @@ class _Checker:
                 shapes = [
                     tuple(t.shape) for t in [*args, *kwargs.values()] if isinstance(t, torch.Tensor)
                 ]
-                head = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                head = _head(exc)
                 guarded = [key for key in self.guards if key in declared]
                 if guarded:
                     name, dim = guarded[0]
@@ -596,10 +607,24 @@ class _Checker:
         programs = self.report.programs
         if not programs:
             return
+        location = self._locate([])
+        outputs = {}
         with torch.no_grad():
             expected = self.model(*self.args, **self.kwargs)
-            outputs = {m: p.module()(*self.args, **self.kwargs) for m, p in programs.items()}
-        location = self._locate([])
+            for mode, program in programs.items():
+                try:
+                    outputs[mode] = program.module()(*self.args, **self.kwargs)
+                except Exception as exc:  # seen: strict export typing a bf16 autocast output f32
+                    self.broken.add(id(program))
+                    self.report.add(
+                        BreakEvent(
+                            kind="export_mismatch",
+                            gb_type=f"{mode} program fails on the example inputs",
+                            reason=f"{type(exc).__name__}: {_head(exc)} (eager ran on them)",
+                            detail=mode,
+                            **_where(location),
+                        )
+                    )
         for mode, out in outputs.items():
             problem = _differ(torch, expected, out)
             if problem:

@@ -59,6 +59,61 @@ def test_the_exported_program_runs_as_the_compiled_model_does(device: Device) ->
     assert_close_to_fp32(exported, eager)
 
 
+class AutocastBlock(nn.Module):
+    """GEMMs inside ``torch.autocast``: export makes the block a ``wrap_with_autocast`` op with
+    a subgraph, Dynamo inlines it. The einsum is a region, lowered on the aten graph."""
+
+    def __init__(self, dtype: torch.dtype, enabled: bool) -> None:
+        super().__init__()
+        self.fc = nn.Linear(32, 32)
+        self.dtype, self.enabled = dtype, enabled
+
+    def forward(self, x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", self.dtype, enabled=self.enabled):
+            r = torch.einsum("nd,dhf->nhf", x, f)
+            h = (self.fc(x) @ x.T) @ x
+        return h.float() + r.float().sum(1)
+
+
+@pytest.mark.filterwarnings("ignore:CPU Autocast only supports", "ignore:In CPU autocast")
+@pytest.mark.parametrize(
+    ("dtype", "enabled", "on_host"),
+    [
+        # A no-op on the CPU, as Mochi's rotary einsum has it: everything on the DUT.
+        (torch.float32, True, 0),
+        (torch.bfloat16, False, 0),
+        # bf16 activations: the activation matmuls stay on the host, in both paths.
+        (torch.bfloat16, True, 2),
+    ],
+    ids=["float32", "disabled", "bfloat16"],
+)
+def test_an_autocast_block_runs_as_the_compiled_model_runs_it(
+    device: Device, dtype: torch.dtype, enabled: bool, on_host: int
+) -> None:
+    model = AutocastBlock(dtype, enabled).eval()
+    x, f = torch.randn(32, 32), torch.randn(32, 3, 32)
+    with torch.no_grad():
+        compiled = torch.compile(model, backend=make_backend(), fullgraph=True)(x, f)
+        by_compile = device.snapshot()
+        device.reset()
+        torch._dynamo.reset()
+        program = torch.export.export(model, (x, f), dynamic_shapes=({0: Dim("batch")}, None))
+        dut = lower_exported(program)
+        exported = dut(x, f)
+        by_export = device.snapshot()
+        # A body that uses a dynamic size, which Dynamo cannot trace as a subgraph.
+        other = torch.randn(17, 32)
+        assert_close_to_fp32(dut(other, f), model(other, f))
+    assert by_compile.host_fallbacks == on_host
+    assert (by_export.dut_ops, by_export.host_fallbacks, by_export.macs, by_export.cycles) == (
+        by_compile.dut_ops,
+        by_compile.host_fallbacks,
+        by_compile.macs,
+        by_compile.cycles,
+    )
+    assert torch.equal(exported, compiled)
+
+
 def test_a_dynamic_dimension_stays_dynamic_on_the_dut(device: Device) -> None:
     model = Block().eval()
     program = torch.export.export(

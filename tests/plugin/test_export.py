@@ -551,6 +551,41 @@ def test_export_check_on_the_dut_has_the_dut_figures() -> None:
     result.check()
 
 
+class _Bf16Block(torch.nn.Module):
+    """Strict export types the bf16 einsum's output float32, and its program then fails on the
+    example inputs (torch 2.12 and 2.13); non-strict export gets it right."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(32, 32)
+
+    def forward(self, x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", torch.bfloat16):
+            r = torch.einsum("nd,dhf->nhf", x, f)
+        return self.fc(x) + r.float().sum(1)
+
+
+def test_a_program_that_fails_on_the_example_inputs_is_a_problem_and_the_other_runs() -> None:
+    with torch.no_grad():
+        result = export_check(
+            _Bf16Block().eval(),
+            (torch.randn(4, 32), torch.randn(32, 3, 32)),
+            dynamic_shapes=({0: Dim("batch")}, None),
+            asic=True,
+        )
+    failed = [e for e in result.breaks if e.gb_type.endswith("fails on the example inputs")]
+    assert [(e.kind, e.gb_type, e.detail) for e in failed] == [
+        ("export_mismatch", "strict program fails on the example inputs", "strict")
+    ]
+    assert failed[0].reason.startswith("RuntimeError: Tensor dtype mismatch!")
+    assert failed[0].reason.endswith("(eager ran on them)")
+    # Not also a batch it rejects: it failed before a second batch was tried.
+    assert not [e for e in result.breaks if e.kind == "specialized_dim"]
+    # The non-strict program ran on the DUT, at two batches: the linear and the einsum.
+    figures = result.figures()
+    assert (figures.dut_ops, figures.host_fallbacks) == (4, 0)
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [
