@@ -88,9 +88,10 @@ def test_batched_products_above_the_float32_slice(name: str) -> None:
     assert torch.equal(out.long(), a.long() @ w.long().transpose(1, 2))
 
 
-@pytest.mark.parametrize("name", ["float32", "float64"])
-def test_a_weight_written_in_place_is_not_served_from_the_float_cache(name: str) -> None:
-    """The float kernels keep a weight's float copy: an in-place write must remake it."""
+@KERNELS
+def test_a_weight_written_in_place_is_not_served_from_the_kernels_cache(name: str) -> None:
+    """Each kernel keeps a copy of a weight (float, or int8 ``[K, N]`` for ``int_mm``): an
+    in-place write must remake it."""
     gen = torch.Generator().manual_seed(1)
     a = torch.randint(-128, 128, (4, 64), dtype=torch.int8, generator=gen)
     w = torch.randint(-100, 100, (8, 64), dtype=torch.int8, generator=gen)
@@ -113,6 +114,32 @@ def test_the_float_copy_is_made_once_per_weight() -> None:
         assert host_gemm.float_weight(w, torch.float32) is copy  # one copy per dtype
         w[0, 0] = 5
         assert host_gemm.float_weight(w, torch.float32) is not copy
+
+
+def test_int_mm_reads_a_weight_as_kept_row_major_columns_but_one_row_by_its_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """oneDNN's int8 GEMM is faster by a row-major ``[K, N]`` from two rows on, and its GEMV by
+    the transposed ``[N, K]``: the weight's ``[K, N]`` copy is made once, a row reads ``w``."""
+    seen: list[torch.Tensor] = []
+    real = torch._int_mm
+
+    def spy(a: torch.Tensor, b: torch.Tensor, **kwargs: torch.Tensor) -> torch.Tensor:
+        seen.append(b)
+        return real(a, b, **kwargs)
+
+    monkeypatch.setattr(torch, "_int_mm", spy)
+    gen = torch.Generator().manual_seed(2)
+    w = torch.randint(-128, 128, (24, 64), dtype=torch.int8, generator=gen)
+    rows = torch.randint(-128, 128, (8, 64), dtype=torch.int8, generator=gen)
+    with host_gemm.forced("int_mm"):
+        for a in (rows, rows, rows[:1]):
+            product = host_gemm.mm_i32(a, w, w_static=True)
+            assert torch.equal(product.long(), a.long() @ w.long().t())
+    columns, again, row = seen
+    assert (columns.shape, columns.is_contiguous()) == ((64, 24), True)
+    assert again is columns  # kept
+    assert (row.data_ptr(), row.stride()) == (w.data_ptr(), (1, 64))  # w itself, transposed
 
 
 def test_int_mm_hands_a_reduction_of_one_to_float32() -> None:
