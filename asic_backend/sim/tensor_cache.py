@@ -49,9 +49,15 @@ class TensorCache:
         self._lock = threading.Lock()
 
     def get(self, key: Tensor, version: tuple[Any, ...] | None, make: Callable[[], _T]) -> _T:
-        """The value made for ``key`` at ``version`` (a :func:`stamp`); None: always remake."""
+        """The value made for ``key`` at ``version`` (a :func:`stamp`); None: always remake.
+
+        A view is kept under the tensor it views: a graph that takes a fresh view of a weight
+        on every call (an exported TorchAO layer's ``weight.t()``) still finds its entry. The
+        stamp holds the view's shape and strides, so another view of it is remade."""
         if version is None:
             return make()
+        if key._base is not None:
+            key = key._base
         with self._lock:
             hit = self._entries.get(key)
         if hit is not None and hit[0] == version:

@@ -142,6 +142,31 @@ def test_int_mm_reads_a_weight_as_kept_row_major_columns_but_one_row_by_its_rows
     assert (row.data_ptr(), row.stride()) == (w.data_ptr(), (1, 64))  # w itself, transposed
 
 
+@KERNELS
+def test_a_fresh_view_of_a_weight_each_call_finds_its_kept_copy(name: str) -> None:
+    """An exported TorchAO layer hands the kernel a new ``weight.t()`` view on every call: its
+    copy (``[K, N]`` int8, or float) is kept under the weight, and remade once written."""
+    gen = torch.Generator().manual_seed(3)
+    weight = torch.randint(-128, 128, (64, 24), dtype=torch.int8, generator=gen)  # [K, N]
+    a = torch.randint(-128, 128, (8, 64), dtype=torch.int8, generator=gen)
+    cache = {"int_mm": "columns", "float32": "slices", "float64": "float64"}[name]
+    made: list[int] = []
+    real = host_gemm._weight_copies[cache].get
+
+    def counting(key: torch.Tensor, version: object, make: object) -> object:
+        return real(key, version, lambda: (made.append(1), make())[1])  # type: ignore[operator]
+
+    with host_gemm.forced(name), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(host_gemm._weight_copies[cache], "get", counting)
+        for _ in range(3):
+            product = host_gemm.mm_i32(a, weight.t(), w_static=True)
+            assert torch.equal(product.long(), a.long() @ weight.long())
+        weight.add_(1)
+        product = host_gemm.mm_i32(a, weight.t(), w_static=True)
+    assert torch.equal(product.long(), a.long() @ weight.long())
+    assert len(made) == 2  # once, and once more after the write
+
+
 def test_int_mm_hands_a_reduction_of_one_to_float32() -> None:
     # torch._int_mm returns uninitialized memory for K = 1 with N >= 2 (oneDNN, torch 2.13).
     a = torch.tensor([[-128], [127]], dtype=torch.int8)
