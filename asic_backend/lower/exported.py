@@ -10,9 +10,9 @@ more by Dynamo, whole (``fullgraph=True``), and goes through the backend's own p
 lowering of every linear, matmul, convolution and attention to ``asic::`` ops, AOTAutograd,
 the aten passes and the host accounting. So an exported program runs its MACs on the DUT with
 the accounting, cycles and numerics of ``torch.compile(model, backend="asic")`` on the same
-model (the tests hold both to the same DUT ops, MACs and cycles). Its ``torch.autocast``
-blocks, which export makes ``wrap_with_autocast`` subgraphs, are first opened up as Dynamo opens
-them in a compiled model (:mod:`~asic_backend.lower.autocast`). Its dynamic dimensions stay
+model (the tests hold both to the same DUT ops, MACs and cycles). Its ``torch.autocast`` and
+``torch.no_grad`` blocks, which export makes subgraphs, are first opened up as Dynamo opens
+them in a compiled model (:mod:`~asic_backend.lower.blocks`). Its dynamic dimensions stay
 dynamic: a second size within the program's range compiles once more, never fails.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from asic_backend.backend import make_backend
-from asic_backend.lower.autocast import inline_autocast
+from asic_backend.lower.blocks import open_blocks
 from asic_backend.sim.config import AsicConfig
 
 __all__ = ["lower_exported"]
@@ -55,7 +55,7 @@ def lower_exported(
         )
     backend = make_backend(config=device, quantize=quantize, matmul=matmul, host=host)
     module = program.module()
-    # Before Dynamo: it cannot trace a wrap_with_autocast body that uses a dynamic size.
-    inline_autocast(module)
+    # Before Dynamo: it cannot trace an autocast body that uses a dynamic size.
+    open_blocks(module)
     compiled: torch.nn.Module = torch.compile(module, backend=backend, fullgraph=True)  # type: ignore[assignment]
     return compiled

@@ -329,10 +329,13 @@ def _columns(w_q: torch.Tensor) -> torch.Tensor:
     128 (2048 to 8192 wide, AVX-512 VNNI, one or two threads); at M = 1 its GEMV kernel wants
     ``[N, K]``, 3x to 5x faster, so a single row keeps the transposed view. Without a stamp
     (an inference tensor) a copy per call would cost more than it saves: the view, then."""
+    columns = w_q.t()
+    if _is_row_major(columns):  # w_q is a view of a [K, N] already: nothing to keep (a kept
+        return columns  # view of the key would keep the key alive in the weak-keyed cache)
     version = stamp(w_q)
     if version is None:
         return _row_major(w_q).t()
-    return _weight_copies["columns"].get(w_q, version, lambda: _row_major(w_q.t().contiguous()))
+    return _weight_copies["columns"].get(w_q, version, lambda: _row_major(columns.contiguous()))
 
 
 #: The forms the kernels keep of static int8 operands (weights), one cache per form.
@@ -345,9 +348,11 @@ def _row_major(x: torch.Tensor) -> torch.Tensor:
     ``torch._int_mm`` takes BLAS leading dimensions from the strides, but a size-1 dimension may
     have any stride (Inductor emits 0) and oneDNN then silently skips the GEMM (pytorch#195066).
     """
-    if x.stride(1) == 1 and x.stride(0) >= x.shape[1]:
-        return x
-    return x.clone(memory_format=torch.contiguous_format)
+    return x if _is_row_major(x) else x.clone(memory_format=torch.contiguous_format)
+
+
+def _is_row_major(x: torch.Tensor) -> bool:
+    return x.stride(1) == 1 and x.stride(0) >= x.shape[1]
 
 
 @functools.cache

@@ -64,14 +64,17 @@ class ExportReport(CompileReport):
     draft: Any = None
     #: The program lowered to the DUT (``asic_backend.lower_exported``), when asked for.
     lowered: Any = None
+    #: The modes whose program raised on the example inputs (the model ran on them).
+    broken: set[str] = dataclasses.field(default_factory=set)
 
     @property
     def program(self) -> Any:
-        """The first program that exported (non-strict before strict); raises
-        :class:`ExportError` when no mode exported."""
-        for mode in MODES:
-            if mode in self.programs:
-                return self.programs[mode]
+        """The first program that exported and runs on the example inputs (non-strict before
+        strict), else the first that exported; raises :class:`ExportError` when no mode
+        exported."""
+        exported = [mode for mode in MODES if mode in self.programs]
+        for mode in sorted(exported, key=lambda mode: mode in self.broken):
+            return self.programs[mode]
         raise ExportError(self.render(self.events, title=EXPORT_TITLE), self.events)
 
     def check(  # type: ignore[override]

@@ -18,7 +18,8 @@ asked for (non-strict and strict by default), and makes a problem (a
   program made static or narrower than asked (``specialized_dim``), named
   ``args[0] dim 0 (batch)``;
 - strict and non-strict programs that disagree, in their ops or their outputs on the example
-  inputs, or a program whose outputs differ from the eager model's (``export_mismatch``);
+  inputs, a program whose outputs differ from the eager model's, or one that raises on the
+  inputs the model ran on (``export_mismatch``);
 - each host sync a program holds (``export_sync``: ``.item()``, a boolean mask), where the
   device that runs it would stop and wait for the host.
 
@@ -175,8 +176,6 @@ class _Checker:
         #: Per program (by id), the inputs of one more size inside its dynamic range that it
         #: ran on; ``None`` when it has no dynamic dimension or rejected them.
         self.second: dict[int, tuple[tuple[Any, ...], dict[str, Any]] | None] = {}
-        #: The programs (by id) that raised on the example inputs, which the model ran on.
-        self.broken: set[int] = set()
 
     def run(self, modes: Sequence[str], *, draft: bool) -> ExportReport:
         report = self.report
@@ -467,11 +466,9 @@ class _Checker:
 
         torch = self.torch
         report = self.report
-        programs = [report.programs[mode] for mode in MODES if mode in report.programs]
-        runnable = [p for p in programs if id(p) not in self.broken]
-        if not runnable:  # each program's failure is reported already
+        if set(report.programs) <= report.broken:  # each one's failure is reported already
             return
-        program = runnable[0]
+        program = report.program
         report.lowered = lowered = lower_exported(program, device=device)
         runs = [(self.args, self.kwargs)]
         second = self.second.get(id(program))
@@ -564,7 +561,7 @@ class _Checker:
         }
         found: dict[str, tuple[BreakEvent, list[str]]] = {}
         for mode, program in self.report.programs.items():
-            if id(program) in self.broken:  # its failure is reported already
+            if mode in self.report.broken:  # its failure is reported already
                 self.second[id(program)] = None
                 continue
             second = self.second[id(program)] = self._second_inputs(program)
@@ -615,7 +612,7 @@ class _Checker:
                 try:
                     outputs[mode] = program.module()(*self.args, **self.kwargs)
                 except Exception as exc:  # seen: strict export typing a bf16 autocast output f32
-                    self.broken.add(id(program))
+                    self.report.broken.add(mode)
                     self.report.add(
                         BreakEvent(
                             kind="export_mismatch",

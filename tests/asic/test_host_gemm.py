@@ -3,6 +3,9 @@ which one this host picks (``$ASIC_HOST_GEMM``)."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -121,6 +124,7 @@ def test_int_mm_reads_a_weight_as_kept_row_major_columns_but_one_row_by_its_rows
 ) -> None:
     """oneDNN's int8 GEMM is faster by a row-major ``[K, N]`` from two rows on, and its GEMV by
     the transposed ``[N, K]``: the weight's ``[K, N]`` copy is made once, a row reads ``w``."""
+    assert host_gemm.int_mm_is_exact()  # its own check runs before the spy, once a process
     seen: list[torch.Tensor] = []
     real = torch._int_mm
 
@@ -144,10 +148,11 @@ def test_int_mm_reads_a_weight_as_kept_row_major_columns_but_one_row_by_its_rows
 
 @KERNELS
 def test_a_fresh_view_of_a_weight_each_call_finds_its_kept_copy(name: str) -> None:
-    """An exported TorchAO layer hands the kernel a new ``weight.t()`` view on every call: its
-    copy (``[K, N]`` int8, or float) is kept under the weight, and remade once written."""
+    """An exported TorchAO layer hands the kernel a new view of its weight on every call: the
+    kernel's copy of it (``[K, N]`` int8, or float) is kept under the weight, remade once the
+    weight is written, and dropped with it."""
     gen = torch.Generator().manual_seed(3)
-    weight = torch.randint(-128, 128, (64, 24), dtype=torch.int8, generator=gen)  # [K, N]
+    weight = torch.randint(-128, 128, (24, 64), dtype=torch.int8, generator=gen)  # [N, K]
     a = torch.randint(-128, 128, (8, 64), dtype=torch.int8, generator=gen)
     cache = {"int_mm": "columns", "float32": "slices", "float64": "float64"}[name]
     made: list[int] = []
@@ -159,12 +164,31 @@ def test_a_fresh_view_of_a_weight_each_call_finds_its_kept_copy(name: str) -> No
     with host_gemm.forced(name), pytest.MonkeyPatch.context() as patch:
         patch.setattr(host_gemm._weight_copies[cache], "get", counting)
         for _ in range(3):
-            product = host_gemm.mm_i32(a, weight.t(), w_static=True)
-            assert torch.equal(product.long(), a.long() @ weight.long())
+            product = host_gemm.mm_i32(a, weight[:], w_static=True)
+            assert torch.equal(product.long(), a.long() @ weight.long().t())
         weight.add_(1)
-        product = host_gemm.mm_i32(a, weight.t(), w_static=True)
-    assert torch.equal(product.long(), a.long() @ weight.long())
+        product = host_gemm.mm_i32(a, weight[:], w_static=True)
+    assert torch.equal(product.long(), a.long() @ weight.long().t())
     assert len(made) == 2  # once, and once more after the write
+    kept = weakref.ref(weight)
+    del weight
+    gc.collect()
+    assert kept() is None
+
+
+def test_int_mm_keeps_no_copy_of_a_weight_already_row_major_columns() -> None:
+    """``w_q`` a view of a ``[K, N]`` tensor is read as it is. A kept view of it would hold
+    its key alive in the weak-keyed cache."""
+    gen = torch.Generator().manual_seed(4)
+    columns = torch.randint(-128, 128, (64, 24), dtype=torch.int8, generator=gen)
+    a = torch.randint(-128, 128, (8, 64), dtype=torch.int8, generator=gen)
+    with host_gemm.forced("int_mm"):
+        product = host_gemm.mm_i32(a, columns.t(), w_static=True)
+    assert torch.equal(product.long(), a.long() @ columns.long())
+    kept = weakref.ref(columns)
+    del columns
+    gc.collect()
+    assert kept() is None
 
 
 def test_int_mm_hands_a_reduction_of_one_to_float32() -> None:

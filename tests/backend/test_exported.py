@@ -4,6 +4,8 @@ programs lower whole."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -60,16 +62,18 @@ def test_the_exported_program_runs_as_the_compiled_model_does(device: Device) ->
 
 
 class AutocastBlock(nn.Module):
-    """GEMMs inside ``torch.autocast``: export makes the block a ``wrap_with_autocast`` op with
-    a subgraph, Dynamo inlines it. The einsum is a region, lowered on the aten graph."""
+    """GEMMs inside ``torch.autocast`` (inside ``torch.no_grad()`` too, as transformers' rotary
+    embeddings have it): export makes each block a higher-order op with a subgraph, Dynamo
+    inlines it. The einsum is a region, lowered on the aten graph."""
 
-    def __init__(self, dtype: torch.dtype, enabled: bool) -> None:
+    def __init__(self, dtype: torch.dtype, enabled: bool, no_grad: bool) -> None:
         super().__init__()
         self.fc = nn.Linear(32, 32)
-        self.dtype, self.enabled = dtype, enabled
+        self.dtype, self.enabled, self.no_grad = dtype, enabled, no_grad
 
     def forward(self, x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
-        with torch.autocast("cpu", self.dtype, enabled=self.enabled):
+        grad = torch.no_grad() if self.no_grad else contextlib.nullcontext()
+        with grad, torch.autocast("cpu", self.dtype, enabled=self.enabled):
             r = torch.einsum("nd,dhf->nhf", x, f)
             h = (self.fc(x) @ x.T) @ x
         return h.float() + r.float().sum(1)
@@ -77,27 +81,30 @@ class AutocastBlock(nn.Module):
 
 @pytest.mark.filterwarnings("ignore:CPU Autocast only supports", "ignore:In CPU autocast")
 @pytest.mark.parametrize(
-    ("dtype", "enabled", "on_host"),
+    ("dtype", "enabled", "no_grad", "on_host"),
     [
         # A no-op on the CPU, as Mochi's rotary einsum has it: everything on the DUT.
-        (torch.float32, True, 0),
-        (torch.bfloat16, False, 0),
+        (torch.float32, True, False, 0),
+        (torch.bfloat16, False, False, 0),
+        # Exported with grad on, the no_grad block is a subgraph holding the autocast one.
+        (torch.bfloat16, False, True, 0),
         # bf16 activations: the activation matmuls stay on the host, in both paths.
-        (torch.bfloat16, True, 2),
+        (torch.bfloat16, True, False, 2),
     ],
-    ids=["float32", "disabled", "bfloat16"],
+    ids=["float32", "disabled", "disabled-in-no-grad", "bfloat16"],
 )
 def test_an_autocast_block_runs_as_the_compiled_model_runs_it(
-    device: Device, dtype: torch.dtype, enabled: bool, on_host: int
+    device: Device, dtype: torch.dtype, enabled: bool, no_grad: bool, on_host: int
 ) -> None:
-    model = AutocastBlock(dtype, enabled).eval()
+    model = AutocastBlock(dtype, enabled, no_grad).eval()
     x, f = torch.randn(32, 32), torch.randn(32, 3, 32)
+    program = torch.export.export(model, (x, f), dynamic_shapes=({0: Dim("batch")}, None))
+    before = program.graph_module.print_readable(print_output=False)
     with torch.no_grad():
         compiled = torch.compile(model, backend=make_backend(), fullgraph=True)(x, f)
         by_compile = device.snapshot()
         device.reset()
         torch._dynamo.reset()
-        program = torch.export.export(model, (x, f), dynamic_shapes=({0: Dim("batch")}, None))
         dut = lower_exported(program)
         exported = dut(x, f)
         by_export = device.snapshot()
@@ -112,6 +119,8 @@ def test_an_autocast_block_runs_as_the_compiled_model_runs_it(
         by_compile.cycles,
     )
     assert torch.equal(exported, compiled)
+    # The caller's program is left as it was (its subgraphs were opened on copies).
+    assert program.graph_module.print_readable(print_output=False) == before
 
 
 def test_a_dynamic_dimension_stays_dynamic_on_the_dut(device: Device) -> None:

@@ -584,6 +584,8 @@ def test_a_program_that_fails_on_the_example_inputs_is_a_problem_and_the_other_r
     # The non-strict program ran on the DUT, at two batches: the linear and the einsum.
     figures = result.figures()
     assert (figures.dut_ops, figures.host_fallbacks) == (4, 0)
+    assert result.broken == {"strict"}
+    assert result.program is result.programs["non-strict"]
 
 
 @pytest.mark.parametrize(
