@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import copy
 import operator
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch
 from torch import fx
@@ -51,22 +52,28 @@ def _exit_grad(graph: fx.Graph, before: Any) -> None:
     graph.call_function(torch._C._set_grad_enabled, (before,))
 
 
-#: The context managers export makes higher-order ops of: the op's name, how many arguments
-#: before the body are the manager's state, and the calls that enter and leave it as Dynamo
-#: emits them for the same block in a compiled model. Dynamo traces neither op's body when it
-#: uses a dynamic size, nor an opened autocast block inside a ``set_grad_enabled`` body.
-_BLOCKS: dict[str, tuple[int, Any, Any]] = {
-    "wrap_with_autocast": (4, _enter_autocast, _exit_autocast),
-    "wrap_with_set_grad_enabled": (1, _enter_grad, _exit_grad),
+class _Block(NamedTuple):
+    """A context manager export makes a higher-order op of: how many of the op's arguments
+    before the body are the manager's state, and the calls that enter and leave it as Dynamo
+    emits them for the same block in a compiled model."""
+
+    state_args: int
+    enter: Callable[[fx.Graph, tuple[Any, ...]], Any]
+    leave: Callable[[fx.Graph, Any], None]
+
+
+#: By op name. Dynamo traces neither op's body when it uses a dynamic size, nor an opened
+#: autocast block inside a ``set_grad_enabled`` body.
+_BLOCKS: dict[str, _Block] = {
+    "wrap_with_autocast": _Block(4, _enter_autocast, _exit_autocast),
+    "wrap_with_set_grad_enabled": _Block(1, _enter_grad, _exit_grad),
 }
 
 
-def _block_ops() -> dict[Any, tuple[int, Any, Any]]:
-    ops = {}
-    for name, form in _BLOCKS.items():
-        op = getattr(torch.ops.higher_order, name, None)
-        if op is not None:
-            ops[op] = form
+def _block_ops() -> dict[Any, _Block]:
+    """The ops of :data:`_BLOCKS` this torch has."""
+    ops = {getattr(torch.ops.higher_order, name, None): block for name, block in _BLOCKS.items()}
+    ops.pop(None, None)
     return ops
 
 
@@ -87,7 +94,7 @@ def open_blocks(gm: fx.GraphModule) -> int:
     return count
 
 
-def _open_subgraphs(gm: fx.GraphModule, ops: dict[Any, tuple[int, Any, Any]]) -> int:
+def _open_subgraphs(gm: fx.GraphModule, ops: dict[Any, _Block]) -> int:
     """The blocks inside the subgraphs ``gm`` calls, each subgraph replaced by a copy first."""
     count = 0
     for name in dict.fromkeys(str(n.target) for n in gm.graph.nodes if n.op == "get_attr"):
@@ -99,11 +106,11 @@ def _open_subgraphs(gm: fx.GraphModule, ops: dict[Any, tuple[int, Any, Any]]) ->
     return count
 
 
-def _holds(gm: fx.GraphModule, ops: dict[Any, tuple[int, Any, Any]]) -> bool:
+def _holds(gm: fx.GraphModule, ops: dict[Any, _Block]) -> bool:
     return any(n.target in ops for m in graph_modules(gm) for n in m.graph.nodes)
 
 
-def _inline(gm: fx.GraphModule, node: fx.Node, ops: dict[Any, tuple[int, Any, Any]]) -> bool:
+def _inline(gm: fx.GraphModule, node: fx.Node, ops: dict[Any, _Block]) -> bool:
     state_args, enter, leave = ops[node.target]
     state, (body_node, *args) = tuple(node.args[:state_args]), node.args[state_args:]
     if not (isinstance(body_node, fx.Node) and body_node.op == "get_attr") or node.kwargs:

@@ -73,8 +73,8 @@ class ExportReport(CompileReport):
         strict), else the first that exported; raises :class:`ExportError` when no mode
         exported."""
         exported = [mode for mode in MODES if mode in self.programs]
-        for mode in sorted(exported, key=lambda mode: mode in self.broken):
-            return self.programs[mode]
+        if exported:  # min: the first of those that run, else the first
+            return self.programs[min(exported, key=lambda mode: mode in self.broken)]
         raise ExportError(self.render(self.events, title=EXPORT_TITLE), self.events)
 
     def check(  # type: ignore[override]

@@ -494,18 +494,12 @@ class _Checker:
                                 for t in [*args, *kwargs.values()]
                                 if isinstance(t, torch.Tensor)
                             ]
-                            report.add(
-                                BreakEvent(
-                                    kind="export_mismatch",
-                                    gb_type="DUT program differs from eager",
-                                    reason=(
-                                        f"output {index} on inputs {shapes}: relative error "
-                                        f"{err:.3g} (bound {DYN_INT8_REL_TOL}), cosine {cos:.5f}"
-                                        f" (bound {DYN_INT8_MIN_COSINE})"
-                                    ),
-                                    detail="on the DUT",
-                                    **_where(self._locate([])),
-                                )
+                            self._mismatch(
+                                "DUT program differs from eager",
+                                f"output {index} on inputs {shapes}: relative error "
+                                f"{err:.3g} (bound {DYN_INT8_REL_TOL}), cosine {cos:.5f}"
+                                f" (bound {DYN_INT8_MIN_COSINE})",
+                                "on the DUT",
                             )
         finally:
             ran = monitor.stop()
@@ -604,7 +598,6 @@ class _Checker:
         programs = self.report.programs
         if not programs:
             return
-        location = self._locate([])
         outputs = {}
         with torch.no_grad():
             expected = self.model(*self.args, **self.kwargs)
@@ -613,45 +606,42 @@ class _Checker:
                     outputs[mode] = program.module()(*self.args, **self.kwargs)
                 except Exception as exc:  # seen: strict export typing a bf16 autocast output f32
                     self.report.broken.add(mode)
-                    self.report.add(
-                        BreakEvent(
-                            kind="export_mismatch",
-                            gb_type=f"{mode} program fails on the example inputs",
-                            reason=f"{type(exc).__name__}: {_head(exc)} (eager ran on them)",
-                            detail=mode,
-                            **_where(location),
-                        )
+                    self._mismatch(
+                        f"{mode} program fails on the example inputs",
+                        f"{type(exc).__name__}: {_head(exc)} (eager ran on them)",
+                        mode,
                     )
         for mode, out in outputs.items():
             problem = _differ(torch, expected, out)
             if problem:
-                self.report.add(
-                    BreakEvent(
-                        kind="export_mismatch",
-                        gb_type=f"{mode} program differs from eager",
-                        reason=f"on the example inputs: {problem}",
-                        detail=mode,
-                        **_where(location),
-                    )
+                self._mismatch(
+                    f"{mode} program differs from eager", f"on the example inputs: {problem}", mode
                 )
         if len(programs) == 2:
             ops = {mode: _op_counts(program) for mode, program in programs.items()}
             strict, loose = ops["strict"], ops["non-strict"]
             if strict != loose:
                 only = sorted((strict - loose) + (loose - strict))
-                self.report.add(
-                    BreakEvent(
-                        kind="export_mismatch",
-                        gb_type="strict and non-strict programs differ",
-                        reason=(
-                            f"ops in one program only: {', '.join(only[:6])}"
-                            f"{' ...' if len(only) > 6 else ''} (strict {sum(strict.values())}"
-                            f" ops, non-strict {sum(loose.values())})"
-                        ),
-                        detail="strict and non-strict",
-                        **_where(location),
-                    )
+                self._mismatch(
+                    "strict and non-strict programs differ",
+                    f"ops in one program only: {', '.join(only[:6])}"
+                    f"{' ...' if len(only) > 6 else ''} (strict {sum(strict.values())}"
+                    f" ops, non-strict {sum(loose.values())})",
+                    "strict and non-strict",
                 )
+
+    def _mismatch(self, what: str, reason: str, detail: str) -> None:
+        """An ``export_mismatch`` problem, at the call of the check (no line of the model's
+        own is to blame)."""
+        self.report.add(
+            BreakEvent(
+                kind="export_mismatch",
+                gb_type=what,
+                reason=reason,
+                detail=detail,
+                **_where(self._locate([])),
+            )
+        )
 
 
 # --------------------------------------------------------------------------- torch's parts
