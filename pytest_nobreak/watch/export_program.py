@@ -284,10 +284,10 @@ def _without_expression_stacks() -> Iterator[None]:
     """draft_export traces every symbolic expression it creates (torch's ``expression_created``
     entries), each with two symbolized stacks, for tlparse to explain a finding; the findings
     carry stacks of their own, which are all the check reads. A small Llama creates some
-    16,000 expressions: without those entries its draft_export takes 1.8 s, not 12 (AVX-512 VNNI
-    host). It swaps
-    a module global of torch for the block, as draft_export itself switches tracing on: one
-    check at a time per process (pytest's, and xdist's workers, run one test at a time)."""
+    16,000 expressions: without those entries its draft_export takes 1.8 s, not 12 (AVX-512
+    VNNI host). It swaps a module global of torch for the block, as draft_export itself
+    switches tracing on: one check at a time per process (pytest's, and xdist's workers, run
+    one test at a time)."""
     # Lazy: keeps torch out of the plugin's import until a test needs it.
     from torch.fx.experimental import sym_node
 
