@@ -280,7 +280,9 @@ def int_mm(a: Tensor, b: Tensor, device: str) -> Tensor:
     """
     if a.shape[0] == 0:  # nothing to issue
         return a.new_zeros((0, b.shape[1]), dtype=torch.int32)
-    w = b.t().contiguous()
+    # A view, not a copy: the host kernel keeps what it needs of b (its float copy, or b itself
+    # as the row-major [K, N] int_mm reads) under b, where a fresh copy each call was a new key.
+    w = b.t()
     if a.dtype == torch.uint8:
         shifted = (a.to(torch.int16) - 128).to(torch.int8)
         return run_mm_i32(shifted, w, a_zp=-128, device=get_device(device))

@@ -9,7 +9,9 @@ exactly. Three kernels are exact for every reduction length the int32 fast path 
 - ``float32``: float32 GEMMs over slices of K, summed in int32: every product of two int8
   values is at most 2^14 in magnitude, so a slice of :data:`FLOAT32_SLICE` keeps every partial
   sum an integer within 2^24, which float32 holds exactly, in any summation order; a weight
-  whose values are smaller allows longer slices (:func:`slice_length`);
+  whose values are smaller allows longer slices (:func:`slice_length`), and operands whose rows
+  are short enough (:func:`one_gemm_is_exact`: by Cauchy–Schwarz, no partial sum of a row's dot
+  product with a column exceeds the product of their L2 norms) take one GEMM over all of K;
 - ``float64``: one float64 GEMM, exact while K·2^14 < 2^53. Measured never faster than
   ``float32`` (1.3-1.8x slower at each of the int8 benchmark's layer shapes, on an AVX-512
   host), so only forcing it picks it.
@@ -37,6 +39,7 @@ import os
 import threading
 import warnings
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import torch
 
@@ -57,6 +60,7 @@ __all__ = [
     "kernel",
     "kernel_for",
     "mm_i32",
+    "one_gemm_is_exact",
     "scratch_i32",
     "slice_length",
 ]
@@ -155,7 +159,10 @@ def mm_i32(
     name = kernel_for(a_q.shape[1])
     if name == "int_mm":
         a = _row_major(a_q)
-        w = _columns(w_q) if w_static and a_q.shape[0] > 1 else _row_major(w_q).t()
+        if w_static:
+            w = _columns(w_q) if a_q.shape[0] > 1 else _rows(w_q).t()
+        else:
+            w = _row_major(w_q).t()
         return torch._int_mm(a, w, out=out) if out is not None else torch._int_mm(a, w)
     dtype = torch.float64 if name == "float64" else torch.float32
     if dtype == torch.float32 and w_static:
@@ -173,35 +180,74 @@ _PARTIALS_MAX = 1 << 25
 def _float32_weight_gemm(
     a_q: torch.Tensor, w_q: torch.Tensor, out: torch.Tensor | None, allow_float32: bool = False
 ) -> torch.Tensor:
-    """``a_q · w_qᵀ`` by a static weight in float32, exactly, in as few K slices as its values
-    allow (:func:`_weight_slices`: usually one); several slices run as one batched GEMM whose
-    ``[S, M, N]`` partial sums are added in int32 (a loop of slice GEMMs is 15% slower, measured
-    at 256×4096×4096), in blocks of rows when they would pass :data:`_PARTIALS_MAX`."""
+    """``a_q · w_qᵀ`` by a static weight in float32, exactly: one GEMM where the weight allows
+    it for any activations (:func:`slice_length`: usually) or these activations' rows are short
+    enough (:func:`one_gemm_is_exact`: for quantized layers, nearly always); else K's slices as
+    one batched GEMM whose ``[S, M, N]`` partial sums are added in int32 (a loop of slice GEMMs
+    is 15% slower, measured at 256×4096×4096), in blocks of rows when they would pass
+    :data:`_PARTIALS_MAX`. The batched GEMM and the int32 sum cost about 5% more than one GEMM
+    (the benchmark MLP's two 256×4096×4096, whose weights alone allow slices of 1,024)."""
     m, k = a_q.shape
     if k == 0 or w_q.shape[0] == 0:  # an empty sum, or no columns
         result = torch.zeros((m, w_q.shape[0]), dtype=torch.int32, device=a_q.device)
         return result if out is None else out.copy_(result)
-    chunks = _weight_slices(w_q)  # [S, N, L], zero-padded along K
-    slices, n, length = chunks.shape
-    if slices * length == k:
-        a = a_q.to(torch.float32)
-    else:
-        a = torch.zeros((m, slices * length), dtype=torch.float32, device=a_q.device)
-        a[:, :k] = a_q
-    if slices == 1:
-        product = a @ chunks[0].t()
+    weight = _sliced_weight(w_q)
+    n, width = weight.matrix.shape
+    slices, length = width // weight.length, weight.length
+    a = a_q.to(torch.float32)
+    if slices == 1 or _max_row_norm(a) * weight.norm * _NORM_MARGIN <= F32_EXACT:
+        product = a @ weight.matrix[:, :k].t()
         if allow_float32:
             return product
         return product.to(torch.int32) if out is None else out.copy_(product)
+    if width != k:
+        padded = torch.zeros((m, width), dtype=torch.float32, device=a_q.device)
+        padded[:, :k] = a
+        a = padded
     if out is None:
         out = torch.empty((m, n), dtype=torch.int32, device=a_q.device)
     rows = max(1, _PARTIALS_MAX // (slices * n))
-    w_t = chunks.transpose(1, 2)
+    w_t = weight.matrix.view(n, slices, length).permute(1, 2, 0)  # [S, L, N], a view
     for lo in range(0, m, rows):
         block = a[lo : lo + rows]
         parts = torch.bmm(block.view(-1, slices, length).transpose(0, 1), w_t)
         torch.sum(parts.to(torch.int32), 0, dtype=torch.int32, out=out[lo : lo + rows])
     return out
+
+
+def one_gemm_is_exact(a: torch.Tensor, w: torch.Tensor) -> bool:
+    """Whether one float32 GEMM ``a · wᵀ`` over all of K is exact for these integer-valued
+    float32 operands (``[..., M, K]`` and ``[..., N, K]``, int8 values), whatever its length.
+
+    Every partial sum of a row ``a_m``'s dot product with a row ``w_n`` is at most
+    ``Σ|a_mk·w_nk| <= ‖a_m‖·‖w_n‖`` (Cauchy–Schwarz), in any summation order: while the longest
+    rows' norms multiply to within 2^24, float32 holds every partial sum exactly. The worst case
+    (every value -128) allows K = 1,024 only, but the rows of quantized activations and weights
+    are far shorter: 256 quantized Gaussian tokens by a quantized ``nn.Linear(4096, ...)`` come
+    to 0.75 of the bound, where the bound on ``Σ|w|`` alone (:func:`slice_length`) allows
+    slices of 1,024.
+
+    >>> one_gemm_is_exact(torch.full((1, 1000), -128.0), torch.full((1, 1000), -128.0))
+    True
+    >>> one_gemm_is_exact(torch.full((1, 1025), -128.0), torch.full((1, 1025), -128.0))
+    False
+    """
+    return _max_row_norm(a) * _max_row_norm(w) * _NORM_MARGIN <= F32_EXACT
+
+
+#: What a float32 norm of a row of up to ``INT_MM_MAX_K`` (2^17) values may fall short by: in
+#: any summation order, the sum of squares by at most ``2^17 · 2^-24`` of itself, the norm by
+#: half that, and its square root by one rounding. 2^-6 covers all of it with room.
+_NORM_MARGIN = 1 + 2**-6
+
+
+def _max_row_norm(x: torch.Tensor) -> float:
+    """The largest L2 norm of a row (the last dimension) of ``x``, in float32: one pass, no
+    temporary (a float64 sum of squares costs 40x as much at 512×8192); within
+    :data:`_NORM_MARGIN` of the exact value."""
+    if x.numel() == 0:
+        return 0.0
+    return float(torch.linalg.vector_norm(x, dim=-1).max())
 
 
 def slice_length(w_q: torch.Tensor) -> int:
@@ -235,19 +281,31 @@ def _largest_slice_sum(sums: torch.Tensor, length: int) -> int:
     return int((ends - starts).max())
 
 
-def _weight_slices(w_q: torch.Tensor) -> torch.Tensor:
-    """A static int8 ``[N, K]`` weight as float32 ``[S, N, L]`` for its :func:`slice_length`
-    ``L``, K zero-padded to whole slices, kept while ``w_q`` is unchanged."""
+class _SlicedWeight(NamedTuple):
+    """A static int8 weight ``[N, K]`` as the ``float32`` kernel keeps it."""
 
-    def make() -> torch.Tensor:
+    #: float32 ``[N, S·L]``: K zero-padded to whole slices of :func:`slice_length` ``L``; a
+    #: batched GEMM reads the slices as a view, one GEMM ``[:, :K]``.
+    matrix: torch.Tensor
+    #: ``L``.
+    length: int
+    #: The largest L2 norm of a row (:func:`one_gemm_is_exact`).
+    norm: float
+
+
+def _sliced_weight(w_q: torch.Tensor) -> _SlicedWeight:
+    """``w_q`` as :class:`_SlicedWeight`, kept while ``w_q`` is unchanged."""
+
+    def make() -> _SlicedWeight:
         n, k = w_q.shape
         length = slice_length(w_q)
-        slices = -(-k // length)
-        if slices == 1:
-            return w_q.to(torch.float32).unsqueeze(0)
-        padded = torch.zeros((n, slices * length), dtype=torch.float32, device=w_q.device)
-        padded[:, :k] = w_q
-        return padded.view(n, slices, length).transpose(0, 1).contiguous()
+        width = -(-k // length) * length
+        if width == k:
+            matrix = w_q.to(torch.float32)
+        else:
+            matrix = torch.zeros((n, width), dtype=torch.float32, device=w_q.device)
+            matrix[:, :k] = w_q
+        return _SlicedWeight(matrix, length, _max_row_norm(matrix))
 
     return _weight_copies["slices"].get(w_q, stamp(w_q), make)
 
@@ -299,10 +357,11 @@ def kernel_for(k: int) -> str:
 
 def _float_mm(a: torch.Tensor, w: torch.Tensor, *, allow_float32: bool = False) -> torch.Tensor:
     """``a · wᵀ`` over the last two dimensions of integer-valued float operands, as int32; in
-    float32, summed over K slices short enough to stay exact. ``allow_float32``: a float32
+    float32, one GEMM where it is exact (:func:`one_gemm_is_exact`), else summed over K slices
+    short enough to stay exact. ``allow_float32``: a float32
     product of one slice is returned as it is (the same values)."""
     k = a.shape[-1]
-    if a.dtype == torch.float64 or k <= FLOAT32_SLICE:
+    if a.dtype == torch.float64 or k <= FLOAT32_SLICE or one_gemm_is_exact(a, w):
         product = a @ w.mT
         return (
             product if allow_float32 and product.dtype == torch.float32 else product.to(torch.int32)
@@ -338,8 +397,18 @@ def _columns(w_q: torch.Tensor) -> torch.Tensor:
     return _weight_copies["columns"].get(w_q, version, lambda: _row_major(columns.contiguous()))
 
 
+def _rows(w_q: torch.Tensor) -> torch.Tensor:
+    """``w_q [N, K]`` row-major, as ``torch._int_mm``'s GEMV reads it (:func:`_columns`): itself,
+    or a row-major copy kept while the weight is unchanged (a program's own ``[K, N]`` weight,
+    ``w_q`` its transposed view: a copy each call took 8x the GEMV at 1×2048×2048)."""
+    version = stamp(w_q)
+    if _is_row_major(w_q) or version is None:
+        return _row_major(w_q)
+    return _weight_copies["rows"].get(w_q, version, lambda: _row_major(w_q.contiguous()))
+
+
 #: The forms the kernels keep of static int8 operands (weights), one cache per form.
-_weight_copies = {form: new_cache() for form in ("float32", "float64", "slices", "columns")}
+_weight_copies = {form: new_cache() for form in ("float32", "float64", "slices", "columns", "rows")}
 
 
 def _row_major(x: torch.Tensor) -> torch.Tensor:

@@ -360,11 +360,12 @@ def test_a_one_slice_float32_product_may_stay_float32() -> None:
     with host_gemm.forced("float32"):
         out = host_gemm.mm_i32(a, w, w_static=True, allow_float32=True)
         sliced = host_gemm.mm_i32(
-            torch.ones(4, 3000, dtype=torch.int8), deep, w_static=True, allow_float32=True
+            torch.full((4, 3000), -128, dtype=torch.int8), deep, w_static=True, allow_float32=True
         )
     assert out.dtype == torch.float32
     assert torch.equal(out.long(), expected)
     assert sliced.dtype == torch.int32
+    assert torch.equal(sliced, torch.full((4, 6), 3000 * 2**14, dtype=torch.int32))
     with host_gemm.forced("int_mm"):
         assert host_gemm.mm_i32(a, w, w_static=True, allow_float32=True).dtype == torch.int32
 
@@ -377,3 +378,74 @@ def test_quantized_gaussian_weights_take_long_slices(k: int, length: int) -> Non
 
     w = torch.randn(512, k, generator=torch.Generator().manual_seed(k)) / k**0.5
     assert host_gemm.slice_length(quantize_sym_rows(w)[0]) == length
+
+
+def _quantized_linear_weight(k: int, n: int) -> torch.Tensor:
+    """An ``nn.Linear``'s initial weight quantized per channel: uniform values, so the bound
+    on ``Σ|w|`` alone allows slices of 1024 only."""
+    from asic_backend.ops.linear import quantize_sym_rows
+
+    torch.manual_seed(k)
+    return quantize_sym_rows(torch.nn.Linear(k, n).weight.detach())[0]
+
+
+def test_rows_short_enough_take_one_gemm_over_all_of_k(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A quantized ``nn.Linear(4096, ...)`` by quantized Gaussian tokens: its weight alone
+    allows slices of 1024, but the rows' norms bound every partial sum within 2^24, so float32
+    takes one GEMM (no batched GEMM of slices) and keeps its float32 result; activations that
+    follow the weight's signs make sums beyond 2^24 and take the slices. Both are exact."""
+    from asic_backend.ops.linear import quantize_sym_rows
+
+    w = _quantized_linear_weight(4096, 64)
+    assert host_gemm.slice_length(w) == host_gemm.FLOAT32_SLICE
+    tokens = quantize_sym_rows(torch.randn(16, 4096, generator=torch.Generator().manual_seed(6)))
+    # The worst activations for row 0: each value the sign of its weight, at full scale.
+    aligned = torch.where(w[:1] < 0, -128, 127).to(torch.int8)
+    batched: list[torch.Size] = []
+    bmm = torch.bmm
+    monkeypatch.setattr(torch, "bmm", lambda a, b: batched.append(a.shape) or bmm(a, b))
+    with host_gemm.forced("float32"):
+        assert host_gemm.one_gemm_is_exact(tokens[0].float(), w.float())
+        one = host_gemm.mm_i32(tokens[0], w, w_static=True, allow_float32=True)
+        assert batched == []
+        sliced = host_gemm.mm_i32(aligned, w, w_static=True, allow_float32=True)
+        assert batched == [torch.Size([4, 1, 1024])]
+    assert one.dtype == torch.float32
+    assert torch.equal(one.double(), tokens[0].double() @ w.double().t())
+    assert sliced.dtype == torch.int32
+    exact = aligned.double() @ w.double().t()
+    assert exact[0, 0] > host_gemm.F32_EXACT  # beyond what one float32 GEMM holds
+    assert torch.equal(sliced.double(), exact)
+
+
+@pytest.mark.parametrize("k", [3000, numerics.INT_MM_MAX_K])
+def test_a_product_of_activations_takes_one_gemm_where_its_rows_allow(k: int) -> None:
+    """Off a static weight (attention's ``P·V``, a batched product), float32 runs one GEMM over
+    K where the rows' norms allow it (its float32 result kept), and slices of
+    :data:`FLOAT32_SLICE` where they do not: exact either way."""
+    gen = torch.Generator().manual_seed(7)
+    small = torch.randint(-3, 4, (2, 3, k), dtype=torch.int8, generator=gen)
+    worst = torch.full((2, 3, k), -128, dtype=torch.int8)
+    with host_gemm.forced("float32"):
+        one = host_gemm.bmm_i32(small, small, allow_float32=True)
+        sliced = host_gemm.bmm_i32(worst, worst, allow_float32=True)
+    assert one.dtype == torch.float32
+    assert torch.equal(one.double(), small.double() @ small.double().mT)
+    assert sliced.dtype == torch.int32
+    assert torch.equal(sliced.long(), worst.long() @ worst.long().mT)
+
+
+@settings(max_examples=30, deadline=None)
+@given(k=st.integers(1000, 5000), scale=st.integers(1, 128), seed=st.integers(0, 2**16))
+def test_one_gemm_or_slices_the_float32_kernel_is_exact(k: int, scale: int, seed: int) -> None:
+    """Activations from small to full scale by a uniform quantized weight: near the norms'
+    bound on either side, one GEMM or the slices, the bits of the int64 product."""
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.randint(-128, 128, (8, k), dtype=torch.int8, generator=gen)
+    a = torch.randint(-scale, scale, (5, k), dtype=torch.int8, generator=gen)
+    a[0] = torch.where(w[seed % 8] < 0, -scale, scale - 1)
+    with host_gemm.forced("float32"):
+        out = host_gemm.mm_i32(a, w, w_static=True)
+        product = host_gemm.bmm_i32(a.unsqueeze(0), w.unsqueeze(0))
+    assert torch.equal(out.long(), a.long() @ w.long().t())
+    assert torch.equal(product[0].long(), a.long() @ w.long().t())

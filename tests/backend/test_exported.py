@@ -201,3 +201,42 @@ def test_int_mm_on_the_dut_is_the_exact_integer_product(
     out = torch.ops.asic.int_mm(a, b, "default")
     assert out.dtype == torch.int32
     assert out.tolist() == exact
+
+
+@pytest.mark.parametrize("kernel", ["int_mm", "float32"])
+def test_int_mm_by_a_row_major_weight_copies_it_at_most_once(
+    kernel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A program's own ``[K, N]`` int8 weight: ``int_mm`` reads it as it is from two rows on and
+    one kept row-major ``[N, K]`` copy for a single row (its GEMV's layout); ``float32`` keeps
+    one float copy of it over every call."""
+    from asic_backend.sim import host_gemm
+
+    host_gemm.int_mm_is_exact()  # its own check runs before the spies, once a process
+    gen = torch.Generator().manual_seed(8)
+    b = torch.randint(-128, 128, (2048, 16), dtype=torch.int8, generator=gen)
+    rows = torch.randint(-128, 128, (4, 2048), dtype=torch.int8, generator=gen)
+    read: list[torch.Tensor] = []  # kept alive, so a copy per call would be a new address
+    real_int_mm = torch._int_mm
+    monkeypatch.setattr(
+        torch, "_int_mm", lambda x, y, **kw: read.append(y) or real_int_mm(x, y, **kw)
+    )
+    made: list[int] = []
+    slices = host_gemm._weight_copies["slices"]
+    real_get = slices.get
+    monkeypatch.setattr(
+        slices,
+        "get",
+        lambda key, version, make: real_get(key, version, lambda: made.append(1) or make()),
+    )
+    with host_gemm.forced(kernel):
+        for a in (rows, rows, rows[:1], rows[:1], rows[:1]):
+            out = torch.ops.asic.int_mm(a, b, "default")
+            assert torch.equal(out.long(), a.long() @ b.long())
+    if kernel == "int_mm":
+        addresses = [y.data_ptr() for y in read]
+        assert addresses[:2] == [b.data_ptr()] * 2
+        assert addresses[2:] == [addresses[2]] * 3
+        assert read[2].t().is_contiguous()
+    else:
+        assert made == [1]
