@@ -504,7 +504,7 @@ def scale_acc(
     # times 5x slower again (18 against 2 ms at 16×512×512, attention's scores, measured); on a
     # small one the extra kernel costs more than it saves (a traced graph takes the small form:
     # its compiler fuses all of it).
-    if not torch.compiler.is_compiling() and acc.numel() >= CAST_FIRST_MIN_NUMEL:
+    if acc.numel() >= CAST_FIRST_MIN_NUMEL and not torch.compiler.is_compiling():
         if consume and acc.dtype == torch.int32 and acc.is_contiguous():
             # Each element is read before it is written over: same size, same place.
             y = acc.view(torch.float32).copy_(acc)
@@ -513,7 +513,7 @@ def scale_acc(
         y.mul_(a_scale)
     else:
         y = acc * a_scale
-    return y.mul_(b_scale.to(torch.float32))
+    return y.mul_(b_scale if b_scale.dtype == torch.float32 else b_scale.to(torch.float32))
 
 
 def dequantize_acc(
