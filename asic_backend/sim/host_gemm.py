@@ -195,7 +195,7 @@ def _float32_weight_gemm(
     n, width = weight.matrix.shape
     slices, length = width // weight.length, weight.length
     a = a_q.to(torch.float32)
-    if slices == 1 or _max_row_norm(a) * weight.norm * _NORM_MARGIN <= F32_EXACT:
+    if slices == 1 or _norms_allow_one_gemm(_max_row_norm(a), weight.norm):
         product = a @ weight.matrix[:, :k].t()
         if allow_float32:
             return product
@@ -232,7 +232,12 @@ def one_gemm_is_exact(a: torch.Tensor, w: torch.Tensor) -> bool:
     >>> one_gemm_is_exact(torch.full((1, 1025), -128.0), torch.full((1, 1025), -128.0))
     False
     """
-    return _max_row_norm(a) * _max_row_norm(w) * _NORM_MARGIN <= F32_EXACT
+    return _norms_allow_one_gemm(_max_row_norm(a), _max_row_norm(w))
+
+
+def _norms_allow_one_gemm(a_norm: float, w_norm: float) -> bool:
+    """:func:`one_gemm_is_exact` from the operands' largest row norms (:func:`_max_row_norm`)."""
+    return a_norm * w_norm * _NORM_MARGIN <= F32_EXACT
 
 
 #: What a float32 norm of a row of up to ``INT_MM_MAX_K`` (2^17) values may fall short by: in
@@ -374,8 +379,8 @@ def kernel_for(k: int) -> str:
 def _float_mm(a: torch.Tensor, w: torch.Tensor, *, allow_float32: bool = False) -> torch.Tensor:
     """``a · wᵀ`` over the last two dimensions of integer-valued float operands, as int32; in
     float32, one GEMM where it is exact (:func:`one_gemm_is_exact`), else summed over K slices
-    short enough to stay exact. ``allow_float32``: a float32
-    product of one slice is returned as it is (the same values)."""
+    short enough to stay exact. ``allow_float32``: a float32 product of one GEMM is returned as
+    it is (the same values)."""
     k = a.shape[-1]
     if a.dtype == torch.float64 or k <= FLOAT32_SLICE or one_gemm_is_exact(a, w):
         product = a @ w.mT
