@@ -166,7 +166,7 @@ def test_host_sync_counting_per_call(benchmark, graph: str) -> None:  # type: ig
 # and Dynamo's first compile (which the suite above includes) are not in the figure.
 PER_COMPILE = """
 import sys, time, torch
-mode, n = sys.argv[1], int(sys.argv[2])
+mode, n, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 SRC = "def forward(x):\\n    return torch.relu(x @ W) * {i} + x.sum(-1, keepdim=True)\\n"
 
 def compile_all(offset):
@@ -183,30 +183,33 @@ compile_all(10_000)
 if mode == "watched":
     import pytest_nobreak
     with pytest_nobreak.watch() as report:
-        seconds = min(compile_all(1000 * r) for r in range(3))
+        seconds = min(compile_all(1000 * r) for r in range(rounds))
     print(report.graphs, seconds)
 else:
-    print(-1, min(compile_all(1000 * r) for r in range(3)))
+    print(-1, min(compile_all(1000 * r) for r in range(rounds)))
 """
 
 
-def time_compiles(mode: str, n: int) -> float:
-    """Seconds to compile and run ``n`` fresh functions, the best of 3, in a fresh process."""
+def time_compiles(mode: str, n: int, rounds: int) -> float:
+    """Seconds to compile and run ``n`` fresh functions, the best of ``rounds``, in a fresh
+    process."""
     proc = subprocess.run(
-        [sys.executable, "-c", PER_COMPILE, mode, str(n)],
+        [sys.executable, "-c", PER_COMPILE, mode, str(n), str(rounds)],
         capture_output=True,
         text=True,
         check=True,
     )
     graphs, seconds = proc.stdout.split()[-2:]
     if mode == "watched":  # every function's graph seen: the taps were on
-        assert int(graphs) == 3 * n
+        assert int(graphs) == rounds * n
     return float(seconds)
 
 
 @pytest.mark.benchmark(group="plugin-overhead")
 def test_compile_time_watched(benchmark) -> None:  # type: ignore[no-untyped-def]
     """``extra_info``: the best compile loop of each mode and their ratio, alternating processes."""
-    n = 2 if benchmark.disabled else 24
-    ratio = alternate(benchmark, lambda mode: time_compiles(mode, n), ("unwatched", "watched"), 8)
+    n, rounds = (2, 1) if benchmark.disabled else (24, 3)  # a plain run checks the counting
+    ratio = alternate(
+        benchmark, lambda mode: time_compiles(mode, n, rounds), ("unwatched", "watched"), 8
+    )
     print(f"\n{n} functions compiled twice and run: watched / unwatched = {ratio:.3f}")
