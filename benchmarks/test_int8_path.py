@@ -10,8 +10,7 @@ One benchmark group per layer shape (``--benchmark-group-by=group``, the default
   GEMM on the simulator, rescale), or for ``mlp`` the block compiled with ``backend="asic"``. Its
   simulated figures (cycles, utilization, bound, roofline time) are in ``extra_info``;
 * ``test_dut_inductor``: the layer (or block) compiled with ``make_backend(host="inductor")`` on
-  the ``default`` preset, the host work around each DUT GEMM fused into Inductor kernels (a
-  plain run compiles three of the layers, :data:`INDUCTOR_SMOKE`; a timed run, all of them).
+  the ``default`` preset, the host work around each DUT GEMM fused into Inductor kernels.
 
 A model width of 2048 (Llama-7B's is 4096) keeps it to minutes on 2 CPU cores. Decode runs
 M = 1 and 8 tokens, prefill M = 128 and 512; ``qkv`` is d -> 3d, ``o`` d -> d, ``up`` d -> 4d,
@@ -213,21 +212,12 @@ def test_dut(
     _run_dut(asic_benchmark, benchmark, layer, config, target, x, ref, request, "dut")
 
 
-#: The layers a plain (benchmark-disabled) run compiles with Inductor: a decode and a prefill
-#: linear and an MLP. The other layers' compiles are the same graphs at other sizes, and an
-#: Inductor compile is most of a plain run's time (2 s a layer, 12 s the first, on CI's host).
-INDUCTOR_SMOKE = {"decode o 8×2048×2048", "prefill up 128×2048×8192", "decode mlp 8×2048×8192"}
-assert INDUCTOR_SMOKE.issubset(layer.group for layer in LAYERS), "a smoke layer that is no layer"
-
-
 @pytest.mark.parametrize("layer", LAYER_PARAMS)
 def test_dut_inductor(
     asic_benchmark: Any, benchmark: Any, layer: Layer, request: pytest.FixtureRequest
 ) -> None:
     """The layer compiled with ``make_backend(host="inductor")``: the quantization and the
     rescale fused into one host kernel each, around the DUT GEMM."""
-    if benchmark.disabled and layer.group not in INDUCTOR_SMOKE:
-        pytest.skip("a plain run compiles three layers with Inductor; a timed run, all of them")
     config = AsicConfig.preset(DUT_PRESET)
     x = activation(layer.m, layer.k)
     block = mlp(layer) if layer.kind == "mlp" else linear(layer.k, layer.n).eval()
@@ -296,8 +286,7 @@ def test_interleaved(benchmark: Any, layer: Layer, request: pytest.FixtureReques
         dut = functools.partial(_dyn_linear, w=w, b=b, key=get_device(config).key)
         block = linear(layer.k, layer.n).eval()
     # A plain (benchmark-disabled) run leaves the Inductor variant to test_dut_inductor, which
-    # compiles and checks it (at INDUCTOR_SMOKE's layers): an Inductor compile is most of a
-    # plain run's time.
+    # compiles and checks the same layer: an Inductor compile is most of a plain run's time.
     variants: dict[str, Callable[[torch.Tensor], Any]] = {"dut": dut}
     if not benchmark.disabled:
         variants["dut_inductor"] = torch.compile(
