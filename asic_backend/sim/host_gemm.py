@@ -186,7 +186,8 @@ def _float32_weight_gemm(
     one batched GEMM whose ``[S, M, N]`` partial sums are added in int32 (a loop of slice GEMMs
     is 15% slower, measured at 256×4096×4096), in blocks of rows when they would pass
     :data:`_PARTIALS_MAX`. The batched GEMM and the int32 sum cost about 5% more than one GEMM
-    (the benchmark MLP's two 256×4096×4096, whose weights alone allow slices of 1,024)."""
+    (the benchmark MLP's two 256×4096×4096, whose weights alone allow slices of 1,024; one
+    thread, AVX-512 VNNI host)."""
     m, k = a_q.shape
     if k == 0 or w_q.shape[0] == 0:  # an empty sum, or no columns
         result = torch.zeros((m, w_q.shape[0]), dtype=torch.int32, device=a_q.device)
@@ -196,7 +197,7 @@ def _float32_weight_gemm(
     slices, length = width // weight.length, weight.length
     a = a_q.to(torch.float32)
     if slices == 1 or _norms_allow_one_gemm(_max_row_norm(a), weight.norm):
-        product = a @ weight.matrix[:, :k].t()
+        product = a @ (weight.matrix if width == k else weight.matrix[:, :k]).t()
         if allow_float32:
             return product
         return product.to(torch.int32) if out is None else out.copy_(product)
@@ -224,8 +225,8 @@ def one_gemm_is_exact(a: torch.Tensor, w: torch.Tensor) -> bool:
     rows' norms multiply to within 2^24, float32 holds every partial sum exactly. The worst case
     (every value -128) allows K = 1,024 only, but the rows of quantized activations and weights
     are far shorter: 256 quantized Gaussian tokens by a quantized ``nn.Linear(4096, ...)`` come
-    to 0.75 of the bound, where the bound on ``Σ|w|`` alone (:func:`slice_length`) allows
-    slices of 1,024.
+    to about three quarters of the bound, where the bound on ``Σ|w|`` alone
+    (:func:`slice_length`) allows slices of 1,024.
 
     >>> one_gemm_is_exact(torch.full((1, 1000), -128.0), torch.full((1, 1000), -128.0))
     True
@@ -248,7 +249,7 @@ _NORM_MARGIN = 1 + 2**-6
 
 def _max_row_norm(x: torch.Tensor) -> float:
     """The largest L2 norm of a row (the last dimension) of ``x``, in float32: one pass, no
-    temporary (a float64 sum of squares costs 40x as much at 512×8192); within
+    temporary (a float64 sum of squares costs 40x as much at 512×8192, AVX-512 VNNI host); within
     :data:`_NORM_MARGIN` of the exact value."""
     if x.numel() == 0:
         return 0.0
@@ -340,23 +341,20 @@ def scratch_i32(m: int, n: int) -> torch.Tensor:
     """
     # The view of each shape is kept too: two tensor ops a call are two dispatches, each a
     # cache miss or more once a model's other layers have run in between.
-    views: dict[tuple[int, int], torch.Tensor] | None = getattr(_scratch, "views", None)
-    view = None if views is None else views.get((m, n))
+    scratch = _scratch
+    view = scratch.views.get((m, n))
     if view is not None:
         return view
     numel = m * n
-    buf: torch.Tensor | None = getattr(_scratch, "buf", None)
-    if buf is None or buf.numel() < numel:
+    if scratch.buf is None or scratch.buf.numel() < numel:
         # A normal tensor even under inference_mode, so it can be written outside it later.
         with torch.inference_mode(False):
-            buf = torch.empty(numel, dtype=torch.int32)
-        _scratch.buf = buf
-        _scratch.views = views = {}
-    assert views is not None
-    if len(views) >= _SCRATCH_VIEWS:
-        views.clear()
+            scratch.buf = torch.empty(numel, dtype=torch.int32)
+        scratch.views.clear()  # views of the old buffer
+    if len(scratch.views) >= _SCRATCH_VIEWS:
+        scratch.views.clear()
     with torch.inference_mode(False):
-        view = views[(m, n)] = buf[:numel].view(m, n)
+        view = scratch.views[(m, n)] = scratch.buf[:numel].view(m, n)
     return view
 
 
@@ -364,7 +362,15 @@ def scratch_i32(m: int, n: int) -> torch.Tensor:
 _SCRATCH_VIEWS = 64
 
 
-_scratch = threading.local()
+class _Scratch(threading.local):
+    """This thread's accumulator buffer and its views by shape (:func:`scratch_i32`)."""
+
+    def __init__(self) -> None:
+        self.buf: torch.Tensor | None = None
+        self.views: dict[tuple[int, int], torch.Tensor] = {}
+
+
+_scratch = _Scratch()
 
 
 def kernel_for(k: int) -> str:
@@ -421,9 +427,12 @@ def _columns(w_q: torch.Tensor) -> torch.Tensor:
 def _rows(w_q: torch.Tensor) -> torch.Tensor:
     """``w_q [N, K]`` row-major, as ``torch._int_mm``'s GEMV reads it (:func:`_columns`): itself,
     or a row-major copy kept while the weight is unchanged (a program's own ``[K, N]`` weight,
-    ``w_q`` its transposed view: a copy each call took 8x the GEMV at 1×2048×2048)."""
+    ``w_q`` its transposed view: a copy each call took 10x the GEMV at 1×2048×2048, one
+    thread, AVX-512 VNNI host)."""
+    if _is_row_major(w_q):
+        return w_q
     version = stamp(w_q)
-    if _is_row_major(w_q) or version is None:
+    if version is None:
         return _row_major(w_q)
     return _weight_copies["rows"].get(w_q, version, lambda: _row_major(w_q.contiguous()))
 

@@ -47,7 +47,8 @@ class TensorCache:
         # tensor, and that drops the entry with it): a hit is one dict lookup, where a
         # WeakIdKeyDictionary builds a reference object per lookup. A DUT op looks up two or
         # three entries a call, and with a model's other layers in between, each Python object
-        # a lookup touches is a cache miss: 35 µs of an 8×2048×2048 layer, measured.
+        # a lookup touches is a cache miss: 25 µs a lookup that way, 10 µs this way (CPU caches
+        # cold, AVX-512 VNNI host).
         self._entries: dict[int, tuple[weakref.ref[Tensor], tuple[Any, ...], Any]] = {}
         self._lock = threading.Lock()
 
@@ -63,15 +64,13 @@ class TensorCache:
             key = key._base
         ident = id(key)
         hit = self._entries.get(ident)
-        if hit is not None and hit[0]() is key and hit[1] == version:
+        if hit is not None and hit[0]() is not key:
+            hit = None  # another tensor's entry: not yet dropped, at an id now reused
+        if hit is not None and hit[1] == version:
             value: _T = hit[2]
             return value
         value = make()
-        ref = (
-            hit[0]
-            if hit is not None and hit[0]() is key
-            else weakref.ref(key, self._dropper(ident))
-        )
+        ref = hit[0] if hit is not None else weakref.ref(key, self._dropper(ident))
         with self._lock:
             self._entries[ident] = (ref, version, value)
         return value

@@ -449,3 +449,20 @@ def test_one_gemm_or_slices_the_float32_kernel_is_exact(k: int, scale: int, seed
         product = host_gemm.bmm_i32(a.unsqueeze(0), w.unsqueeze(0))
     assert torch.equal(out.long(), a.long() @ w.long().t())
     assert torch.equal(product[0].long(), a.long() @ w.long().t())
+
+
+def test_the_norm_bound_is_what_its_docstring_says() -> None:
+    """:func:`host_gemm.one_gemm_is_exact`'s examples and figure: the worst case allows 1,000
+    values but not 1,025, and 256 quantized Gaussian tokens by a quantized
+    ``nn.Linear(4096, ...)`` come to about three quarters of the bound."""
+    from asic_backend.ops.linear import quantize_sym_rows
+
+    worst = [torch.full((1, k), -128.0) for k in (1000, 1025)]
+    assert host_gemm.one_gemm_is_exact(worst[0], worst[0])
+    assert not host_gemm.one_gemm_is_exact(worst[1], worst[1])
+    torch.manual_seed(0)
+    w = quantize_sym_rows(torch.nn.Linear(4096, 4096).weight.detach())[0].float()
+    tokens = quantize_sym_rows(torch.randn(256, 4096))[0].float()
+    share = host_gemm._max_row_norm(tokens) * host_gemm._max_row_norm(w) / host_gemm.F32_EXACT
+    assert 0.7 < share < 0.8
+    assert host_gemm.one_gemm_is_exact(tokens, w)
