@@ -87,19 +87,32 @@ def choose_qparams_rows(
 
 
 def quantize_rows(
-    x: Tensor, scale: Tensor, zp: Tensor | None, qmin: int, qmax: int, *, consume: bool = False
+    x: Tensor,
+    scale: Tensor,
+    zp: Tensor | None,
+    qmin: int,
+    qmax: int,
+    *,
+    consume: bool = False,
+    out: Tensor | None = None,
 ) -> Tensor:
     """``clamp(round(x · (1/scale)) + zp)`` as int8: TorchAO's and PT2E's formula (a reciprocal
     multiply, ``torch.round`` is half to even). ``zp`` None: a zero zero-point (symmetric), which
     adds nothing; passing None rather than zeros spares a pass and a host sync per call.
-    ``consume``: ``x`` (float32) is the caller's to give up, and is worked on in place."""
+    ``consume``: ``x`` (float32) is the caller's to give up, and is worked on in place. ``out``:
+    a float32 tensor shaped as ``x`` that receives the same values instead, for a host kernel
+    that computes in float32 (the int8 tensor and its conversion back would be two passes)."""
     # torch computes 1.0 / scale as reciprocal(scale) * 1.0: the same values, one kernel fewer.
     recip = torch.reciprocal(scale)
-    q = x.mul_(recip) if consume and x.dtype == torch.float32 else x * recip
+    if out is not None:
+        q = torch.mul(x, recip, out=out)
+    else:
+        q = x.mul_(recip) if consume and x.dtype == torch.float32 else x * recip
     q.round_()
     if zp is not None:
         q.add_(zp)
-    return q.clamp_(qmin, qmax).to(torch.int8)
+    q.clamp_(qmin, qmax)
+    return q if out is not None else q.to(torch.int8)
 
 
 #: From this many elements on, :func:`quantize_sym_rows` takes ``max(amax, -amin)`` for ``max |x|``
@@ -107,10 +120,12 @@ def quantize_rows(
 TWO_REDUCTIONS_MIN_NUMEL = 1 << 15
 
 
-def quantize_sym_rows(x: Tensor, *, consume: bool = False) -> tuple[Tensor, Tensor]:
+def quantize_sym_rows(
+    x: Tensor, *, consume: bool = False, out: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """The backend's own dynamic int8 of a 2-D ``x``: symmetric per row, TorchAO's formula
-    (``amax / 127.5``). ``(q int8, scale f32 [rows, 1])``. ``consume``: as
-    :func:`quantize_rows` takes it (``x`` is overwritten).
+    (``amax / 127.5``). ``(q int8, scale f32 [rows, 1])``. ``consume`` and ``out``: as
+    :func:`quantize_rows` takes them (``x`` is overwritten; ``q`` is ``out``, float32).
 
     A row of one value (the operand of an outer product, K = 1, such as rotary angles) takes
     ``|v| / 127`` instead, so it becomes exactly ±127 and the product is exact: int8 rounding
@@ -133,7 +148,7 @@ def quantize_sym_rows(x: Tensor, *, consume: bool = False) -> tuple[Tensor, Tens
         scale = scale.div_(float(INT8_MAX - INT8_MIN) / 2).clamp_(min=F32_EPS)
         if scale.dtype != torch.float32:
             scale = scale.to(torch.float32)
-    return quantize_rows(x, scale, None, INT8_MIN, INT8_MAX, consume=consume), scale
+    return quantize_rows(x, scale, None, INT8_MIN, INT8_MAX, consume=consume, out=out), scale
 
 
 def _quantize_weight(w: Tensor, transposed: bool) -> tuple[Tensor, Tensor]:

@@ -37,7 +37,7 @@ from asic_backend.sim.host_gemm import F32_EXACT
 from asic_backend.sim.numerics import INT_MM_MAX_K, AccOverflow
 from asic_backend.sim.tensor_cache import new_cache, stamp
 
-__all__ = ["ConvGeometry", "conv_i32", "conv_out_size", "im2col", "per_dim"]
+__all__ = ["ConvGeometry", "conv_i32", "conv_out_size", "im2col", "per_dim", "takes_float32"]
 
 #: Largest |integer| float64 holds exactly (float32's: host_gemm.F32_EXACT).
 _F64_EXACT = 2**53
@@ -309,25 +309,21 @@ def conv_i32(
 
     ``acc[n, c_out, *out] = Σ (x_q − a_zp[n])·w_q + bias_i32[c_out]`` over each window (padding
     adds nothing), exact, then narrowed once per ``acc_overflow``. ``a_zp`` is an int or an int32
-    tensor ``[N]`` (one zero-point per sample). Returns a contiguous int32 ``geo.out_shape``;
+    tensor ``[N]`` (one zero-point per sample). Where :func:`takes_float32` says so, ``x_q`` may
+    be float32 holding the int8 values (as the quantization makes them: converting them to int8
+    and back would be two passes). Returns a contiguous int32 ``geo.out_shape``;
     with ``allow_float32``, where the host computed it in float32 and it fits there exactly, the
     float32 tensor instead (for a caller that rescales it in float32: the int32 round trip
     would cost two passes and change no value).
     """
     numerics.check_acc_overflow(acc_overflow)
-    _check_conv_operands(x_q, w_q, bias_i32, geo)
     zp = _sample_zp(a_zp, geo.batch)
+    _check_conv_operands(x_q, w_q, bias_i32, geo, float_ok=takes_float32(geo, zp))
     has_zp = isinstance(zp, torch.Tensor) or zp != 0
     max_x = 255 if has_zp else 128
     bound = geo.reduction * max_x * 128 + (_abs_max(bias_i32) if bias_i32 is not None else 0)
     fits_int32 = bound <= numerics.INT32_MAX
-    if (
-        not geo.transposed
-        and geo.groups == 1
-        and geo.gemm[1] <= INT_MM_MAX_K
-        and not isinstance(zp, torch.Tensor)
-        and host_gemm.kernel_for(geo.gemm[1]) == "int_mm"
-    ):
+    if not isinstance(zp, torch.Tensor) and _takes_int_mm(geo):
         return _int_mm_conv(x_q, w_q, geo, zp, bias_i32, acc_overflow)
     slices = _float32_slices(geo, max_x)
     if len(slices) > 1:
@@ -347,11 +343,33 @@ def conv_i32(
     return numerics.narrow_i32(exact.to(torch.int64), acc_overflow).contiguous()
 
 
+def takes_float32(geo: ConvGeometry, a_zp: int | torch.Tensor = 0) -> bool:
+    """Whether :func:`conv_i32` computes ``geo`` as float32 convolutions of the int8 values, so
+    it takes them as float32 too: the activation zero-point is 0 (nothing to subtract from the
+    caller's tensor) and the host does not use ``torch._int_mm`` for it (a grouped or depthwise
+    conv; any conv off the ``int_mm`` kernel, :mod:`asic_backend.sim.host_gemm`)."""
+    if isinstance(a_zp, torch.Tensor) or a_zp != 0 or _takes_int_mm(geo):
+        return False
+    return bool(_float32_slices(geo, 128))
+
+
+def _takes_int_mm(geo: ConvGeometry) -> bool:
+    """Whether the accumulator is the host's int8 GEMM on the im2col matrix (see the module),
+    given one zero-point for the batch."""
+    return (
+        not geo.transposed
+        and geo.groups == 1
+        and geo.gemm[1] <= INT_MM_MAX_K
+        and host_gemm.kernel_for(geo.gemm[1]) == "int_mm"
+    )
+
+
 def _shifted(
     x_q: torch.Tensor, zp: int | torch.Tensor, dtype: torch.dtype, spatial: int
 ) -> torch.Tensor:
-    """``x_q − zp`` (one zero-point, or one per sample) as a new ``dtype`` tensor. Zero padding
-    of it is padding ``x_q`` with its zero-point: it adds nothing."""
+    """``x_q − zp`` (one zero-point, or one per sample) as ``dtype``: a new tensor, or ``x_q``
+    itself when it is that dtype and ``zp`` is 0. Zero padding of it is padding ``x_q`` with its
+    zero-point: it adds nothing."""
     xf = x_q.to(dtype)
     if isinstance(zp, torch.Tensor):
         return xf.sub_(zp.to(dtype).reshape(-1, *([1] * (spatial + 1))))
@@ -494,11 +512,19 @@ def _sample_zp(a_zp: int | torch.Tensor, batch: int) -> int | torch.Tensor:
 
 
 def _check_conv_operands(
-    x_q: torch.Tensor, w_q: torch.Tensor, bias_i32: torch.Tensor | None, geo: ConvGeometry
+    x_q: torch.Tensor,
+    w_q: torch.Tensor,
+    bias_i32: torch.Tensor | None,
+    geo: ConvGeometry,
+    *,
+    float_ok: bool,
 ) -> None:
-    if x_q.dtype != torch.int8 or w_q.dtype != torch.int8:
+    x_ok = x_q.dtype == torch.int8 or (float_ok and x_q.dtype == torch.float32)
+    if not x_ok or w_q.dtype != torch.int8:
+        also = " (or float32 int8 values, for this conv)" if float_ok else ""
         raise TypeError(
-            f"asic: conv operands must be int8, got x {x_q.dtype}, w {w_q.dtype}; quantize them"
+            f"asic: conv operands must be int8{also}, got x {x_q.dtype}, w {w_q.dtype}; "
+            "quantize them"
         )
     if tuple(x_q.shape) != (geo.batch, geo.in_channels, *geo.in_size):
         raise ValueError(f"asic: conv input {tuple(x_q.shape)} does not match its geometry")

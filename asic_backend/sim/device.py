@@ -462,7 +462,8 @@ def run_conv_i32(
     allow_float32: bool = False,
 ) -> torch.Tensor:
     """The int32 accumulator of the convolution ``geo`` on ``device``, one GEMM per group
-    (:func:`asic_backend.sim.conv.conv_i32`, ``allow_float32`` included): int32 ``geo.out_shape``.
+    (:func:`asic_backend.sim.conv.conv_i32`, ``allow_float32`` and float32 ``x_q`` included):
+    int32 ``geo.out_shape``.
     ``out_bytes`` is what each output leaves the array as (1 when the DUT requantizes it)."""
     _check_device(device)
     acc = conv_i32(

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import threading
 import warnings
@@ -61,6 +62,7 @@ __all__ = [
     "kernel_for",
     "mm_i32",
     "one_gemm_is_exact",
+    "scratch",
     "scratch_i32",
     "slice_length",
 ]
@@ -334,40 +336,50 @@ def bmm_i32(a_q: torch.Tensor, w_q: torch.Tensor, *, allow_float32: bool = False
 
 def scratch_i32(m: int, n: int) -> torch.Tensor:
     """An int32 ``[m, n]`` accumulator this thread reuses from call to call, for a caller that
-    consumes it before its next GEMM (a dequantizing linear).
+    consumes it before its next GEMM (a dequantizing linear): :func:`scratch`.
 
     A fresh accumulator of a prefill layer is megabytes the OS must fault in and zero on every
     call: 1.8 ms of a 6 ms 512×2048×8192 GEMM, measured.
     """
+    return scratch((m, n), torch.int32)
+
+
+def scratch(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A contiguous ``dtype`` tensor of ``shape`` this thread reuses from call to call (one
+    buffer per dtype, grown to the largest shape asked), for a caller that is done with it
+    before it asks again: a DUT op's operand or accumulator, never its result."""
     # The view of each shape is kept too: two tensor ops a call are two dispatches, each a
     # cache miss or more once a model's other layers have run in between.
-    scratch = _scratch
-    view = scratch.views.get((m, n))
+    views = _scratch.views
+    key = (shape, dtype)
+    view = views.get(key)
     if view is not None:
         return view
-    numel = m * n
-    if scratch.buf is None or scratch.buf.numel() < numel:
+    numel = math.prod(shape)
+    buf = _scratch.bufs.get(dtype)
+    if buf is None or buf.numel() < numel:
         # A normal tensor even under inference_mode, so it can be written outside it later.
         with torch.inference_mode(False):
-            scratch.buf = torch.empty(numel, dtype=torch.int32)
-        scratch.views.clear()  # views of the old buffer
-    if len(scratch.views) >= _SCRATCH_VIEWS:
-        scratch.views.clear()
+            buf = _scratch.bufs[dtype] = torch.empty(numel, dtype=dtype)
+        for old in [k for k in views if k[1] == dtype]:  # views of the old buffer
+            del views[old]
+    if len(views) >= _SCRATCH_VIEWS:
+        views.clear()
     with torch.inference_mode(False):
-        view = scratch.views[(m, n)] = scratch.buf[:numel].view(m, n)
+        view = views[key] = buf[:numel].view(shape)
     return view
 
 
-#: The most shapes of :func:`scratch_i32` views a thread keeps.
+#: The most shapes of :func:`scratch` views a thread keeps.
 _SCRATCH_VIEWS = 64
 
 
 class _Scratch(threading.local):
-    """This thread's accumulator buffer and its views by shape (:func:`scratch_i32`)."""
+    """This thread's buffers, one per dtype, and their views by shape (:func:`scratch`)."""
 
     def __init__(self) -> None:
-        self.buf: torch.Tensor | None = None
-        self.views: dict[tuple[int, int], torch.Tensor] = {}
+        self.bufs: dict[torch.dtype, torch.Tensor] = {}
+        self.views: dict[tuple[tuple[int, ...], torch.dtype], torch.Tensor] = {}
 
 
 _scratch = _Scratch()

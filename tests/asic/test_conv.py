@@ -238,6 +238,41 @@ def test_int_mm_path_and_float_path_agree(case: ConvCase, overflow: AccOverflow)
     assert not int_mm.called
 
 
+@settings(max_examples=80, deadline=None)
+@given(case=conv_case(), overflow=OVERFLOW, kernel=st.sampled_from(["int_mm", "float32"]))
+def test_float32_int8_values_give_the_int8_accumulator(
+    case: ConvCase, overflow: AccOverflow, kernel: str
+) -> None:
+    """Where ``takes_float32`` says so (no zero-point; a float32 convolution on the host), the
+    int8 values given as float32 give the golden accumulator and are left as they were;
+    elsewhere float32 is refused."""
+    geo, x, zp = case.geometry(), case.x_tensor().float(), case.zp_arg()
+    w = i8(case.w)
+    bias = None if case.bias is None else i32(case.bias)
+    before = x.clone()
+    with host_gemm.forced(kernel):
+        if not conv.takes_float32(geo, zp):
+            with pytest.raises(TypeError, match="conv operands must be int8"):
+                conv_i32(x, w, geo, a_zp=zp, bias_i32=bias, acc_overflow=overflow)
+            return
+        out = conv_i32(x, w, geo, a_zp=zp, bias_i32=bias, acc_overflow=overflow)
+    assert out.dtype == torch.int32
+    assert out.tolist() == case.golden(overflow)
+    assert torch.equal(x, before)
+
+
+def test_takes_float32_is_where_the_host_convolves_in_float32() -> None:
+    x = torch.zeros(1, 4, 6, 6, dtype=torch.int8)
+    depthwise = ConvGeometry.of(x.shape, (4, 1, 3, 3), stride=1, padding=1, dilation=1, groups=4)
+    dense = ConvGeometry.of(x.shape, (8, 4, 3, 3), stride=1, padding=1, dilation=1, groups=1)
+    with host_gemm.forced("int_mm"):
+        assert conv.takes_float32(depthwise)
+        assert not conv.takes_float32(depthwise, a_zp=1)  # the zero-point is subtracted
+        assert not conv.takes_float32(dense)  # torch._int_mm on the im2col matrix
+    with host_gemm.forced("float32"):
+        assert conv.takes_float32(dense)
+
+
 # -- regressions found by the property tests ----------------------------------------------------
 
 
@@ -530,7 +565,9 @@ GEO = ConvGeometry.of(X.shape, W.shape, stride=1, padding=1, dilation=1, groups=
 @pytest.mark.parametrize(
     ("kwargs", "exc", "message"),
     [
-        ({"x_q": X.float()}, TypeError, r"conv operands must be int8, got x torch.float32"),
+        # float32 values only where takes_float32: not with a zero-point to subtract.
+        ({"x_q": X.float(), "a_zp": 3}, TypeError, r"must be int8, got x torch.float32"),
+        ({"x_q": X.double()}, TypeError, r"int8 \(or float32 int8 values, for this conv\)"),
         ({"w_q": W.to(torch.uint8)}, TypeError, r"got x torch.int8, w torch.uint8; quantize"),
         ({"x_q": X[:, :2]}, ValueError, r"conv input \(2, 2, 6, 6\) does not match its geometry"),
         ({"bias_i32": torch.zeros(6)}, ValueError, r"bias must be int32 \[C_out\]=\(6,\), got"),

@@ -211,6 +211,11 @@ def test_the_scratch_accumulator_is_reused_and_grows() -> None:
         inside = host_gemm.scratch_i32(128, 128)
     assert not inside.is_inference()  # writable outside inference_mode later
     inside.fill_(0)
+    # One buffer per dtype: a float32 operand and an int32 accumulator live side by side.
+    floats = host_gemm.scratch((4, 4, 4), torch.float32)
+    assert (floats.dtype, floats.shape) == (torch.float32, (4, 4, 4))
+    assert floats.data_ptr() != host_gemm.scratch_i32(8, 8).data_ptr()
+    assert host_gemm.scratch((16, 4), torch.float32).data_ptr() == floats.data_ptr()
 
 
 @pytest.mark.parametrize("zp", [0, 5])

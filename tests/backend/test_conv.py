@@ -252,3 +252,26 @@ def test_pt2e_transposed_convolutions(device: Device) -> None:
     assert (snap.dut_ops, snap.host_fallbacks, snap.host_macs) == (0, 1, macs)
     (site,) = device.host_fallback_sites
     assert site.reason.startswith("per-channel weights along axis 0, which the layer sums over")
+
+
+def test_a_depthwise_conv_quantizes_into_one_reused_float32_buffer(device: Device) -> None:
+    """The host convolves a depthwise conv in float32, so the quantized activations go to it as
+    float32 in one buffer reused from call to call (no int8 tensor and conversion back, no fresh
+    pages), and the result is bit for bit the int8 route's."""
+    from unittest import mock
+
+    from asic_backend.ops import conv as conv_ops
+
+    x, w, b = torch.randn(2, 8, 9, 9), torch.randn(8, 1, 3, 3), torch.randn(8)
+    args = (b, [1, 1], [1, 1, 1, 1], [1, 1], 8, False, [0, 0], True, device.key)
+    run = mock.patch.object(conv_ops, "run_conv_i32", wraps=conv_ops.run_conv_i32)
+    with run as spy:
+        first = conv_ops.dyn_conv(x, w, *args)
+        second = conv_ops.dyn_conv(x * 3, w, *args)
+    operands = [call.args[0] for call in spy.call_args_list]
+    assert [a.dtype for a in operands] == [torch.float32, torch.float32]
+    assert operands[0].data_ptr() == operands[1].data_ptr()
+    with mock.patch.object(conv_ops, "takes_float32", return_value=False), run as spy:
+        assert torch.equal(conv_ops.dyn_conv(x, w, *args), first)
+        assert torch.equal(conv_ops.dyn_conv(x * 3, w, *args), second)
+    assert [call.args[0].dtype for call in spy.call_args_list] == [torch.int8, torch.int8]
