@@ -46,8 +46,8 @@ from asic_backend.lower.driver import (
 from asic_backend.lower.fx_nodes import example_value
 from asic_backend.lower.rewrite import graph_modules, name_ops
 from asic_backend.notices import AsicHostWarning, say_once
+from asic_backend.ops.fusable import FUSABLE
 from asic_backend.ops.library import call_kernels_directly
-from asic_backend.ops.linear import FUSABLE
 from asic_backend.sim.config import AsicConfig
 from asic_backend.sim.device import Device, get_device
 from asic_backend.sim.macs import mac_op
@@ -204,7 +204,7 @@ def _after(
 
 
 def _fusable(gm: fx.GraphModule) -> None:
-    """Swap each DUT op that has a fusable form (:data:`asic_backend.ops.linear.FUSABLE`) for it,
+    """Swap each DUT op that has a fusable form (:data:`asic_backend.ops.fusable.FUSABLE`) for it,
     so Inductor fuses its host work (quantize, rescale) with the neighbouring ops.
 
     Only on float32 activations on the CPU: with bfloat16 or float16 ones, eager rounds the scale

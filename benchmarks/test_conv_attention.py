@@ -37,9 +37,11 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 import asic_backend.ops.attention
 import asic_backend.ops.conv  # noqa: F401  (registers torch.ops.asic.dyn_conv / dyn_sdpa)
+from asic_backend import make_backend
 from asic_backend.sim import host_gemm
 from asic_backend.sim.config import AsicConfig
 from asic_backend.sim.conv import ConvGeometry
@@ -89,6 +91,15 @@ class Conv:
     def fp32(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         conv = {3: F.conv1d, 4: F.conv2d}[len(self.x)]
         return conv(x, w, b, self.stride, self.padding, 1, self.groups)
+
+    def module(self, w: torch.Tensor, b: torch.Tensor) -> nn.Module:
+        """The layer as the ``nn.Conv1d``/``nn.Conv2d`` a model holds, with these parameters."""
+        conv_cls = {3: nn.Conv1d, 4: nn.Conv2d}[len(self.x)]
+        conv = conv_cls(self.x[1], self.w[0], self.w[2:], self.stride, self.padding, 1, self.groups)
+        with torch.no_grad():
+            conv.weight.copy_(w)
+            conv.bias.copy_(b)
+        return conv.eval()
 
     def dut(self, key: str) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], Any]:
         spatial = len(self.x) - 2
@@ -284,24 +295,34 @@ def test_interleaved(
 ) -> None:
     """fp32 and, per host GEMM kernel (forced), the layer's GEMMs alone and the DUT op, round
     robin (:func:`benchmarks.conftest.best_interleaved`): the ratios of the closing table."""
-    key = get_device(AsicConfig.preset(DUT_PRESET)).key
+    config = AsicConfig.preset(DUT_PRESET)
+    key = get_device(config).key
     fp32 = _fp32(layer)
+    variants: dict[str, Callable[[], torch.Tensor]] = {}
     if isinstance(layer, Conv):
         x, w, b = conv_operands(layer)
         op = layer.dut(key)
-        dut: Callable[[], torch.Tensor] = lambda: op(x, w, b)  # noqa: E731
+        variants["dut"] = lambda: op(x, w, b)
+        if not benchmark.disabled:  # a plain run: tests/backend/test_host_fusion.py checks it
+            torch._dynamo.reset()  # each layer compiles Conv.forward anew
+            compiled = torch.compile(
+                layer.module(w, b), backend=make_backend(config=config, host="inductor")
+            )
+            variants["dut_inductor"] = lambda: compiled(x)
         kind = "conv"
     else:
         q, k, v = qkv(layer)
-        dut = lambda: torch.ops.asic.dyn_sdpa(q, k, v, None, False, None, False, key)  # noqa: E731
+        variants["dut"] = lambda: torch.ops.asic.dyn_sdpa(q, k, v, None, False, None, False, key)
         kind = "attention"
     fns: dict[str, Callable[[], Any]] = {"fp32": fp32}
-    for name in timed_kernels(benchmark.disabled):
-        fns[f"gemm@{name}"] = forced_kernel(name, _exact_gemms(layer))
-        fns[f"dut@{name}"] = forced_kernel(name, dut)
-        assert_close(fns[f"dut@{name}"](), fp32(), kind)
-    rounds = 1 if benchmark.disabled else ROUNDS
-    best: dict[str, float] = {}
-    benchmark.pedantic(lambda: best.update(best_interleaved(fns, rounds)), rounds=1)
+    with torch.no_grad():
+        for name in timed_kernels(benchmark.disabled):
+            fns[f"gemm@{name}"] = forced_kernel(name, _exact_gemms(layer))
+            for variant, fn in variants.items():
+                fns[f"{variant}@{name}"] = forced_kernel(name, fn)
+                assert_close(fns[f"{variant}@{name}"](), fp32(), kind)
+        rounds = 1 if benchmark.disabled else ROUNDS
+        best: dict[str, float] = {}
+        benchmark.pedantic(lambda: best.update(best_interleaved(fns, rounds)), rounds=1)
     if not benchmark.disabled:
         record_interleaved(request.config, layer.group, best)

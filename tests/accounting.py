@@ -141,6 +141,8 @@ def _asic_ops() -> dict[Any, Callable[..., int]]:
         asic.int_mm: lambda a, b, *_: _matmul(a, b),
         asic.dyn_sdpa: lambda q, k, v, *_: _attention(q, k, v),
         asic.dyn_conv: conv,
+        asic.dyn_conv_fusable: conv,
+        asic.dyn_weight_conv: lambda x, w, s, p, d, g, t, *_: _conv(x, w, s, p, d, t, g),
         asic.qconv: qconv,
     }
 

@@ -35,7 +35,7 @@ from asic_backend.sim.device import get_device, run_conv_i32, run_conv_requant
 from asic_backend.sim.host_gemm import scratch
 from asic_backend.sim.tensor_cache import new_cache, stamp
 
-__all__ = ["dyn_conv", "qconv"]
+__all__ = ["dyn_conv", "dyn_weight_conv", "qconv"]
 
 #: Quantized float convolution weights (``asic::dyn_conv``).
 _conv_weight_cache = new_cache()
@@ -171,20 +171,35 @@ def dyn_conv(
     geo = _geometry(xb, w, stride, padding, dilation, groups, transposed, output_padding)
     w_q, w_scale = _conv_weight(w, groups, transposed, cache_weight)
     if xb.numel() == 0:
-        y = xb.new_zeros(geo.out_shape)
-    else:
-        rows = xb.reshape(geo.batch, -1)
-        # Where the host convolves in float32, the quantized values go to it as float32, in this
-        # thread's reused buffer: no int8 tensor and conversion back, and no fresh pages to fault
-        # in (the depthwise benchmark layer: 9.8 to 8.2 ms, one thread, AVX-512 host).
-        out = scratch(tuple(rows.shape), torch.float32) if takes_float32(geo) else None
-        x_q, x_scale = quantize_sym_rows(rows, out=out)
-        acc = run_conv_i32(
-            x_q.reshape(xb.shape), w_q, geo, device=get_device(device), allow_float32=True
-        )
-        scale = x_scale.reshape(-1, 1) * w_scale.reshape(1, -1)  # [N, C_out], f32
-        y = _rescale(acc, scale.reshape(*scale.shape, *([1] * spatial)), bias)
-    y = y.to(x.dtype)
+        return _unbatched(xb.new_zeros(geo.out_shape).to(x.dtype), unbatched)
+    rows = xb.reshape(geo.batch, -1)
+    # Where the host convolves in float32, the quantized values go to it as float32, in this
+    # thread's reused buffer: no int8 tensor and conversion back, and no fresh pages to fault
+    # in (the depthwise benchmark layer: 9.8 to 8.2 ms, one thread, AVX-512 host).
+    out = scratch(tuple(rows.shape), torch.float32) if takes_float32(geo) else None
+    x_q, x_scale = quantize_sym_rows(rows, out=out)
+    acc = run_conv_i32(
+        x_q.reshape(xb.shape), w_q, geo, device=get_device(device), allow_float32=True
+    )
+    return _scaled(acc, x_scale, w_scale, bias, x.dtype, unbatched)
+
+
+def _scaled(
+    acc: Tensor,
+    x_scale: Tensor,
+    w_scale: Tensor,
+    bias: Tensor | None,
+    dtype: torch.dtype,
+    unbatched: bool,
+) -> Tensor:
+    """``dyn_conv``'s result from its accumulator (given up to it) and the per-sample and
+    per-channel scales: ``acc·(s_x[n]·s_w[c]) + b[c]``, as ``dtype``, contiguous."""
+    scale = x_scale.reshape(-1, 1) * w_scale.reshape(1, -1)  # [N, C_out], f32
+    y = _rescale(acc, scale.reshape(*scale.shape, *([1] * (acc.dim() - 2))), bias)
+    return _unbatched(y.to(dtype), unbatched)
+
+
+def _unbatched(y: Tensor, unbatched: bool) -> Tensor:
     return (y.squeeze(0) if unbatched else y).contiguous()
 
 
@@ -203,6 +218,86 @@ def _(
     device: str,
 ) -> Tensor:
     return _fake_out(x, w, stride, padding, dilation, groups, transposed, output_padding, x.dtype)
+
+
+# -- host="inductor": dyn_conv with its host work in the graph -----------------------------------
+
+
+@dut_op("asic::dyn_weight_conv")
+def dyn_weight_conv(
+    x_q: Tensor,
+    w: Tensor,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    groups: int,
+    transposed: bool,
+    output_padding: list[int],
+    cache_weight: bool,
+    device: str,
+) -> tuple[Tensor, Tensor]:
+    """The DUT convolution of a float conv: the batched int8 ``x_q`` by the float weight ``w``,
+    quantized symmetric per output channel (cached while unchanged when ``cache_weight``).
+    Returns the int32 accumulator ``[N, C_out, *out]`` and the weight scales ``[C_out]``
+    (float32)."""
+    geo = _geometry(x_q, w, stride, padding, dilation, groups, transposed, output_padding)
+    w_q, w_scale = _conv_weight(w, groups, transposed, cache_weight)
+    acc = run_conv_i32(x_q, w_q, geo, device=get_device(device))
+    # A copy: the cached scales must not be an output a compiler may reuse as a buffer.
+    return acc, w_scale.clone()
+
+
+@dyn_weight_conv.register_fake
+def _(
+    x_q: Tensor,
+    w: Tensor,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    groups: int,
+    transposed: bool,
+    output_padding: list[int],
+    cache_weight: bool,
+    device: str,
+) -> tuple[Tensor, Tensor]:
+    acc = _fake_out(
+        x_q, w, stride, padding, dilation, groups, transposed, output_padding, torch.int32
+    )
+    c_out = w.shape[1] * groups if transposed else w.shape[0]
+    return acc, w.new_empty((c_out,), dtype=torch.float32)
+
+
+def _dyn_conv_fusable(
+    x: Tensor,
+    w: Tensor,
+    bias: Tensor | None,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    groups: int,
+    transposed: bool,
+    output_padding: list[int],
+    cache_weight: bool,
+    device: str,
+) -> Tensor:
+    args = (stride, padding, dilation, groups, transposed, output_padding, cache_weight, device)
+    unbatched = x.dim() == w.dim() - 1
+    xb = x.unsqueeze(0) if unbatched else x
+    if xb.numel() == 0:  # nothing to quantize or fuse
+        whole: Tensor = torch.ops.asic.dyn_conv.default(x, w, bias, *args)
+        return whole
+    x_q, x_scale = quantize_sym_rows(xb.reshape(xb.shape[0], -1))
+    acc, w_scale = torch.ops.asic.dyn_weight_conv.default(x_q.reshape(xb.shape), w, *args)
+    return _scaled(acc, x_scale, w_scale, bias, x.dtype, unbatched)
+
+
+# asic::dyn_conv as the host compiler should see it (as asic::dyn_linear_fusable): the per-sample
+# quantization and the rescale as aten ops around the one opaque DUT convolution, for Inductor
+# to fuse with their neighbours. Same numbers as asic::dyn_conv.
+torch.library.define(
+    "asic::dyn_conv_fusable", torch.library.infer_schema(_dyn_conv_fusable, mutates_args=())
+)
+torch.library.impl("asic::dyn_conv_fusable", "CompositeImplicitAutograd", _dyn_conv_fusable)
 
 
 # -- asic::qconv: PT2E (quantized_decomposed) convolutions --------------------------------------

@@ -430,13 +430,6 @@ torch.library.define(
 )
 torch.library.impl("asic::dyn_linear_fusable", "CompositeImplicitAutograd", _dyn_linear_fusable)
 
-#: The DUT ops ``host="inductor"`` swaps for their fusable forms before AOTAutograd traces. With
-#: ``host="aten"`` the ops stay whole: there each aten op of the quantization would cost a
-#: Python dispatch, more than it saves.
-FUSABLE: dict[Any, Any] = {
-    torch.ops.asic.dyn_linear.default: torch.ops.asic.dyn_linear_fusable.default,
-}
-
 
 # -- asic::dyn_matmul: activation x activation -------------------------------------------------
 

@@ -72,6 +72,49 @@ def test_inductor_fuses_quantize_and_rescale_bit_exact(
     assert all(step in kernels[1] for step in ("relu", "amax", "round")), kernels
 
 
+def test_inductor_fuses_a_convs_quantize_and_rescale_bit_exact(device: Device) -> None:
+    model = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 6, 1)).eval()
+    x = torch.randn(2, 4, 9, 9)
+    compiled = torch.compile(model, backend=make_backend(host="inductor"), fullgraph=True)
+    eager = torch.compile(model, backend=make_backend(host="aten"), fullgraph=True)
+    with torch.no_grad():
+        out = compiled(x)
+        device.reset()
+        compiled(x)
+        snap = device.snapshot()
+        assert torch.equal(out, eager(x))
+    assert (snap.dut_ops, snap.macs) == (2, 2 * 81 * (8 * 4 * 9 + 6 * 8))
+
+    code = "\n".join(_inductor(model, x))
+    # Each conv became one opaque DUT convolution, with the host work around it in three fused
+    # kernels: quantize; rescale + ReLU + quantize; rescale.
+    assert "asic.dyn_conv" not in code
+    assert code.count("torch.ops.asic.dyn_weight_conv.default(") == 2
+    kernels = _kernels(code)
+    assert len(kernels) == 3, kernels
+    assert all(step in kernels[1] for step in ("relu", "amax", "round")), kernels
+
+
+@pytest.mark.parametrize(
+    ("conv", "shape"),
+    [
+        (nn.Conv2d(8, 8, 3, padding=1, groups=8), (2, 8, 9, 9)),  # depthwise: float32 on the host
+        (nn.Conv2d(4, 8, 3, stride=2, padding="valid"), (4, 9, 9)),  # unbatched
+        (nn.ConvTranspose1d(8, 4, 4, stride=2, padding=1), (2, 8, 10)),
+        (nn.Conv2d(4, 8, 3), (0, 4, 9, 9)),  # empty: the whole op, nothing to fuse
+    ],
+    ids=["depthwise", "unbatched", "transposed", "empty"],
+)
+def test_inductor_convs_stay_exact(device: Device, conv: nn.Module, shape: tuple[int, ...]) -> None:
+    conv = conv.eval()
+    x = torch.randn(shape)
+    with torch.no_grad():
+        eager = torch.compile(conv, backend=make_backend(host="aten"), fullgraph=True)(x)
+        out = torch.compile(conv, backend=make_backend(host="inductor"), fullgraph=True)(x)
+    assert out.shape == eager.shape
+    assert torch.equal(out, eager)
+
+
 def test_inductor_dynamic_shapes_stay_exact(device: Device) -> None:
     model = nn.Sequential(nn.Linear(32, 48)).eval()
     compiled = torch.compile(model, backend=make_backend(host="inductor"), dynamic=True)
