@@ -318,7 +318,7 @@ def conv_i32(
     """
     numerics.check_acc_overflow(acc_overflow)
     zp = _sample_zp(a_zp, geo.batch)
-    _check_conv_operands(x_q, w_q, bias_i32, geo, float_ok=takes_float32(geo, zp))
+    _check_conv_operands(x_q, w_q, bias_i32, geo, zp)
     has_zp = isinstance(zp, torch.Tensor) or zp != 0
     max_x = 255 if has_zp else 128
     bound = geo.reduction * max_x * 128 + (_abs_max(bias_i32) if bias_i32 is not None else 0)
@@ -516,12 +516,11 @@ def _check_conv_operands(
     w_q: torch.Tensor,
     bias_i32: torch.Tensor | None,
     geo: ConvGeometry,
-    *,
-    float_ok: bool,
+    zp: int | torch.Tensor,
 ) -> None:
-    x_ok = x_q.dtype == torch.int8 or (float_ok and x_q.dtype == torch.float32)
-    if not x_ok or w_q.dtype != torch.int8:
-        also = " (or float32 int8 values, for this conv)" if float_ok else ""
+    float_ok = x_q.dtype == torch.float32 and takes_float32(geo, zp)
+    if (x_q.dtype != torch.int8 and not float_ok) or w_q.dtype != torch.int8:
+        also = " (or float32 int8 values, for this conv)" if takes_float32(geo, zp) else ""
         raise TypeError(
             f"asic: conv operands must be int8{also}, got x {x_q.dtype}, w {w_q.dtype}; "
             "quantize them"
