@@ -175,7 +175,7 @@ def dyn_conv(
     rows = xb.reshape(geo.batch, -1)
     # Where the host convolves in float32, the quantized values go to it as float32, in this
     # thread's reused buffer: no int8 tensor and conversion back, and no fresh pages to fault
-    # in (the depthwise benchmark layer: 9.8 to 8.2 ms, one thread, AVX-512 host).
+    # in (the depthwise benchmark layer: 10.1 to 9.3 ms, one thread, AVX-512 host).
     out = scratch(tuple(rows.shape), torch.float32) if takes_float32(geo) else None
     x_q, x_scale = quantize_sym_rows(rows, out=out)
     acc = run_conv_i32(
