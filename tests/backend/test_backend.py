@@ -249,7 +249,7 @@ def test_who_watches_ops_still_sees_the_dut_op() -> None:
     direct = DIRECT_CALLS[torch.ops.asic.dyn_linear.default]
     with torch.no_grad():
         plain = compiled(x)
-        with torch.profiler.profile() as prof:
+        with torch.profiler.profile(acc_events=True) as prof:  # torch 2.12 warns without it
             profiled = compiled(x)
         with Ops() as ops:
             watched = direct(x, model.weight, model.bias, False, True, key)
