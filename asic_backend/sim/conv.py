@@ -347,8 +347,10 @@ def takes_float32(geo: ConvGeometry, a_zp: int | torch.Tensor = 0) -> bool:
     """Whether :func:`conv_i32` computes ``geo`` as float32 convolutions of the int8 values, so
     it takes them as float32 too: the activation zero-point is 0 (nothing to subtract from the
     caller's tensor) and the host does not use ``torch._int_mm`` for it (a grouped or depthwise
-    conv; any conv off the ``int_mm`` kernel, :mod:`asic_backend.sim.host_gemm`)."""
-    if isinstance(a_zp, torch.Tensor) or a_zp != 0 or _takes_int_mm(geo):
+    conv; any conv off the ``int_mm`` kernel, :mod:`asic_backend.sim.host_gemm`). ``a_zp`` is
+    as :func:`conv_i32` takes it (a tensor of equal values counts as that one value)."""
+    zp = _sample_zp(a_zp, geo.batch) if isinstance(a_zp, torch.Tensor) else a_zp
+    if isinstance(zp, torch.Tensor) or zp != 0 or _takes_int_mm(geo):
         return False
     return bool(_float32_slices(geo, 128))
 

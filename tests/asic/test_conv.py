@@ -268,6 +268,12 @@ def test_takes_float32_is_where_the_host_convolves_in_float32() -> None:
     with host_gemm.forced("int_mm"):
         assert conv.takes_float32(depthwise)
         assert not conv.takes_float32(depthwise, a_zp=1)  # the zero-point is subtracted
+        # A zero-point tensor counts as conv_i32 reads it: one value for the batch, or several.
+        pair = ConvGeometry.of(
+            (2, 4, 6, 6), (4, 1, 3, 3), stride=1, padding=1, dilation=1, groups=4
+        )
+        assert conv.takes_float32(pair, a_zp=i32([0, 0]))
+        assert not conv.takes_float32(pair, a_zp=i32([0, 3]))
         assert not conv.takes_float32(dense)  # torch._int_mm on the im2col matrix
     with host_gemm.forced("float32"):
         assert conv.takes_float32(dense)
