@@ -165,13 +165,11 @@ def dyn_conv(
     device: str,
 ) -> Tensor:
     """A float (transposed) convolution run as dynamic int8 on the DUT; see the module doc."""
-    spatial = w.dim() - 2
-    unbatched = x.dim() == spatial + 1
-    xb = x.unsqueeze(0) if unbatched else x
+    xb, unbatched = _batched(x, w)
     geo = _geometry(xb, w, stride, padding, dilation, groups, transposed, output_padding)
     w_q, w_scale = _conv_weight(w, groups, transposed, cache_weight)
     if xb.numel() == 0:
-        return _unbatched(xb.new_zeros(geo.out_shape).to(x.dtype), unbatched)
+        return _unbatched(xb.new_zeros(geo.out_shape), unbatched)
     rows = xb.reshape(geo.batch, -1)
     # Where the host convolves in float32, the quantized values go to it as float32, in this
     # thread's reused buffer: no int8 tensor and conversion back, and no fresh pages to fault
@@ -197,6 +195,12 @@ def _scaled(
     scale = x_scale.reshape(-1, 1) * w_scale.reshape(1, -1)  # [N, C_out], f32
     y = _rescale(acc, scale.reshape(*scale.shape, *([1] * (acc.dim() - 2))), bias)
     return _unbatched(y.to(dtype), unbatched)
+
+
+def _batched(x: Tensor, w: Tensor) -> tuple[Tensor, bool]:
+    """``x`` with a batch dim (``[C, *size]`` gains one), and whether it had to gain it."""
+    unbatched = x.dim() == w.dim() - 1
+    return (x.unsqueeze(0) if unbatched else x), unbatched
 
 
 def _unbatched(y: Tensor, unbatched: bool) -> Tensor:
@@ -281,8 +285,7 @@ def _dyn_conv_fusable(
     device: str,
 ) -> Tensor:
     args = (stride, padding, dilation, groups, transposed, output_padding, cache_weight, device)
-    unbatched = x.dim() == w.dim() - 1
-    xb = x.unsqueeze(0) if unbatched else x
+    xb, unbatched = _batched(x, w)
     if xb.numel() == 0:  # nothing to quantize or fuse
         whole: Tensor = torch.ops.asic.dyn_conv.default(x, w, bias, *args)
         return whole

@@ -35,6 +35,20 @@ def _kernels(code: str) -> list[str]:
     return re.findall(r"\b(cpp_fused_\w+)\(", code.split("def call")[-1])
 
 
+def _assert_two_dut_ops_in_three_kernels(
+    model: nn.Module, x: torch.Tensor, *, whole: str, opaque: str
+) -> None:
+    """``model`` (layer, ReLU, layer) under Inductor: no ``asic::<whole>`` left, two opaque
+    ``asic::<opaque>`` ops, and the host work around them in three fused kernels: quantize;
+    rescale + ReLU + quantize; rescale."""
+    code = "\n".join(_inductor(model, x))
+    assert f"asic.{whole}" not in code
+    assert code.count(f"torch.ops.asic.{opaque}.default(") == 2
+    kernels = _kernels(code)
+    assert len(kernels) == 3, kernels
+    assert all(step in kernels[1] for step in ("relu", "amax", "round")), kernels
+
+
 def _eager_dut(model: nn.Sequential, x: torch.Tensor, key: str) -> torch.Tensor:
     """``model`` (Linear / ReLU layers) with every linear as the eager ``asic::dyn_linear``."""
     for layer in model:
@@ -62,14 +76,8 @@ def test_inductor_fuses_quantize_and_rescale_bit_exact(
     rows = x.numel() // 64
     assert (snap.dut_ops, snap.macs) == (2, rows * (64 * 96 + 96 * 32))
 
-    code = "\n".join(_inductor(model, x))
-    # The float linears became one opaque DUT GEMM each, with the host work around it in three
-    # fused kernels: quantize; rescale + ReLU + quantize; rescale.
-    assert "asic.dyn_linear" not in code
-    assert code.count("torch.ops.asic.dyn_weight_mm.default(") == 2
-    kernels = _kernels(code)
-    assert len(kernels) == 3, kernels
-    assert all(step in kernels[1] for step in ("relu", "amax", "round")), kernels
+    # The float linears became one opaque DUT GEMM each.
+    _assert_two_dut_ops_in_three_kernels(model, x, whole="dyn_linear", opaque="dyn_weight_mm")
 
 
 def test_inductor_fuses_a_convs_quantize_and_rescale_bit_exact(device: Device) -> None:
@@ -85,14 +93,8 @@ def test_inductor_fuses_a_convs_quantize_and_rescale_bit_exact(device: Device) -
         assert torch.equal(out, eager(x))
     assert (snap.dut_ops, snap.macs) == (2, 2 * 81 * (8 * 4 * 9 + 6 * 8))
 
-    code = "\n".join(_inductor(model, x))
-    # Each conv became one opaque DUT convolution, with the host work around it in three fused
-    # kernels: quantize; rescale + ReLU + quantize; rescale.
-    assert "asic.dyn_conv" not in code
-    assert code.count("torch.ops.asic.dyn_weight_conv.default(") == 2
-    kernels = _kernels(code)
-    assert len(kernels) == 3, kernels
-    assert all(step in kernels[1] for step in ("relu", "amax", "round")), kernels
+    # Each conv became one opaque DUT convolution.
+    _assert_two_dut_ops_in_three_kernels(model, x, whole="dyn_conv", opaque="dyn_weight_conv")
 
 
 @pytest.mark.parametrize(
