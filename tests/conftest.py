@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from _pytest import pytester as _pytester
 
+from tests import gc_freeze
+
 # pytester restores ``sys.modules`` after each in-process inner run, deleting the modules that
 # run imported. torch imports many submodules lazily (Dynamo, Inductor, sympy); deleting them
 # and importing them again re-registers C-level state and crashes the interpreter
@@ -46,13 +48,13 @@ collect_ignore = ["readme_projects"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: The MAC accounting check in every inner pytest run (tests/mac_check.py), found on the
-#: repository's path.
-MAC_CHECK = "-p tests.mac_check"
+#: The suite's plugins in every inner pytest run, found on the repository's path: the MAC
+#: accounting check (tests/mac_check.py) and the garbage collector's freezing (tests/gc_freeze.py).
+INNER_PLUGINS = "-p tests.mac_check -p tests.gc_freeze"
 #: Plugins of this environment that no inner pytest run needs: hypothesis's takes 1.5 s to import
 #: in every pytest process on a 2-core AVX2 host (anyio's 0.5 s), and the suite starts some 80.
 #: The README's runs keep the user's whole set (tests/test_readme.py builds their environment).
-INNER_ADDOPTS = f"-p no:hypothesispytest -p no:anyio {MAC_CHECK}"
+INNER_ADDOPTS = f"-p no:hypothesispytest -p no:anyio {INNER_PLUGINS}"
 
 
 def inner_pythonpath() -> str:
@@ -94,6 +96,11 @@ def _every_mac_accounted() -> Iterator[None]:
 
     with checking_every_graph():
         yield
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    gc_freeze.freeze_collected(config)
 
 
 # --------------------------------------------------------------------------- skips in CI

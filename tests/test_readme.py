@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import MAC_CHECK, inner_pythonpath
+from tests.conftest import INNER_PLUGINS, inner_pythonpath
 from tests.mac_check import LOG
 
 if sys.version_info >= (3, 11):
@@ -288,8 +288,8 @@ def test_shown_slice_matches_lines_in_order_with_gaps() -> None:
 
 def _environment(mac_log: Path | None = None) -> dict[str, str]:
     """The user's shell: no settings of the outer test run, an 80-column terminal, no color,
-    Python's own bytecode caching; and the suite's MAC accounting check (tests/mac_check.py),
-    which prints nothing, logging to ``mac_log``.
+    Python's own bytecode caching; and the suite's inner-run plugins, which print nothing: the
+    MAC accounting check (tests/mac_check.py, logging to ``mac_log``) and tests/gc_freeze.py.
 
     A CI image may set ``PYTHONDONTWRITEBYTECODE``: then each of these runs would assertion-
     rewrite hypothesis's 73 modules anew (the user's plugins load here), 0.9 s a run."""
@@ -299,7 +299,7 @@ def _environment(mac_log: Path | None = None) -> dict[str, str]:
         if not name.startswith(("PYTEST_", "GITHUB_"))
         and name not in ("CI", "COLUMNS", "PYTHONDONTWRITEBYTECODE")
     }
-    check = {"PYTEST_ADDOPTS": MAC_CHECK, "PYTHONPATH": inner_pythonpath()}
+    check = {"PYTEST_ADDOPTS": INNER_PLUGINS, "PYTHONPATH": inner_pythonpath()}
     if mac_log is not None:
         check[LOG] = str(mac_log)
     return {**env, **check, "COLUMNS": "80", "PY_COLORS": "0"}
