@@ -100,7 +100,7 @@ def _every_mac_accounted() -> Iterator[None]:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    gc_freeze.freeze_collected(config)
+    gc_freeze.start(config)
 
 
 # --------------------------------------------------------------------------- skips in CI

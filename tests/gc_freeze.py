@@ -6,42 +6,30 @@ about eight while its tests run, pytest two more at its end, and the interpreter
 it exits: 2.5 s of that run's 7.4 s, and the suite starts well over a hundred such runs.
 :func:`gc.freeze` moves the objects tracked so far to a generation no collection walks.
 
-- **Inner runs** (``-p tests.gc_freeze``, which ``tests/conftest.py`` puts in every run the tests
-  start) freeze what survives each full collection: the imports' objects and the session's. A
-  run lasts seconds, so what it drops after a collection it lived through is garbage it never
-  needs back. The same run of the example suite takes 4.8 s.
-- **The outer run** (:func:`freeze_collected`, from ``tests/conftest.py``) freezes only what its
-  collection imported: its tests drop objects for minutes, and some check that a dropped object
-  is collected.
-- Both freeze everything once pytest's own last collection has run (the one that reports a
-  finalizer's exception), so the interpreter's exit walks nothing.
+Every run of the suite freezes what survives each full collection: the imports' objects, the
+session's, and whatever a test holds at that moment. What such an object leaves when it is
+dropped later is freed as usual, unless it is a reference cycle, which stays: a Dynamo cache
+that is reset, say (45 MB over ``tests/backend``). Once pytest's own last collection has run
+(the one that reports a finalizer's exception), everything is frozen, so the interpreter's exit
+walks nothing. The outer run loads it from ``tests/conftest.py`` (:func:`start`), and every
+run the tests start with ``-p tests.gc_freeze`` (``tests/conftest.py``'s ``INNER_PLUGINS``).
 
-An in-process ``pytester`` run shares its process with the outer run, and freezes nothing.
+A test that checks that a dropped object is collected runs under :func:`paused`. An in-process
+``pytester`` run shares its process with the run that started it, and changes nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 #: The pid of the process whose session froze objects: a second session there is in-process.
 OWNER = "NOBREAK_TESTS_GC_OWNER"
-
-
-def _owns_process() -> bool:
-    if os.environ.get(OWNER) == str(os.getpid()):
-        return False
-    os.environ[OWNER] = str(os.getpid())
-    return True
-
-
-def _freeze_survivors(phase: str, info: dict[str, Any]) -> None:
-    if phase == "stop" and info["generation"] == 2:
-        gc.freeze()
-
 
 #: hypothesis's ``register_random`` warns when ``gc.get_referrers`` finds nothing referring to a
 #: generator, and it does not look among frozen objects: trio registers one held by a module,
@@ -50,29 +38,42 @@ def _freeze_survivors(phase: str, info: dict[str, Any]) -> None:
 _BLIND_WARNING = "ignore:It looks like `register_random` was passed an object that could"
 
 
-def _start(config: pytest.Config) -> None:
+def _freeze_survivors(phase: str, info: dict[str, Any]) -> None:
+    if phase == "stop" and info["generation"] == 2:
+        gc.freeze()
+
+
+def start(config: pytest.Config) -> None:
+    """Freeze from now on in this process, unless a session of it already does: call from a
+    ``tryfirst`` ``pytest_configure``."""
+    if os.environ.get(OWNER) == str(os.getpid()):
+        return
+    os.environ[OWNER] = str(os.getpid())
     config.addinivalue_line("filterwarnings", _BLIND_WARNING)
+    gc.callbacks.append(_freeze_survivors)
+    config.add_cleanup(lambda: gc.callbacks.remove(_freeze_survivors))
     # Cleanups run last-registered first: pytest's own (unraisableexception's final
-    # collection) is registered after this one (``tryfirst``) and runs before it.
+    # collection) is registered after this one and runs before it.
     config.add_cleanup(gc.freeze)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    if not _owns_process():
-        return
-    _start(config)
-    gc.callbacks.append(_freeze_survivors)
-    config.add_cleanup(lambda: gc.callbacks.remove(_freeze_survivors))
+    start(config)
 
 
-class _OuterRun:
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        gc.freeze()
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """No freezing inside (a decorator too): objects made here stay collectable, cycles too.
 
-
-def freeze_collected(config: pytest.Config) -> None:
-    """The outer run's freezing: call from its ``pytest_configure`` (``tryfirst``)."""
-    if _owns_process():
-        _start(config)
-        config.pluginmanager.register(_OuterRun(), "gc-freeze-outer")
+    >>> with paused():
+    ...     pass
+    """
+    frozen = _freeze_survivors in gc.callbacks
+    if frozen:
+        gc.callbacks.remove(_freeze_survivors)
+    try:
+        yield
+    finally:
+        if frozen:
+            gc.callbacks.append(_freeze_survivors)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from asic_backend.sim import conv, host_gemm, numerics
 from asic_backend.sim.conv import ConvGeometry, conv_i32
+from tests import gc_freeze
 from tests.asic import golden
 from tests.asic.test_numerics import OVERFLOW, GemmCase, gemm_case, run_linear_i32
 
@@ -147,6 +148,7 @@ def test_int_mm_reads_a_weight_as_kept_row_major_columns_but_one_row_by_its_rows
 
 
 @KERNELS
+@gc_freeze.paused()  # it checks that a dropped tensor is collected
 def test_a_fresh_view_of_a_weight_each_call_finds_its_kept_copy(name: str) -> None:
     """An exported TorchAO layer hands the kernel a new view of its weight on every call: the
     kernel's copy of it (``[K, N]`` int8, or float) is kept under the weight, remade once the
@@ -176,6 +178,7 @@ def test_a_fresh_view_of_a_weight_each_call_finds_its_kept_copy(name: str) -> No
     assert kept() is None
 
 
+@gc_freeze.paused()  # it checks that a dropped tensor is collected
 def test_int_mm_keeps_no_copy_of_a_weight_already_row_major_columns() -> None:
     """``w_q`` a view of a ``[K, N]`` tensor is read as it is. A kept view of it would hold
     its key alive in the weak-keyed cache."""

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from asic_backend.sim.tensor_cache import TensorCache, stamp
+from tests import gc_freeze
 
 
 class Value:
@@ -45,6 +46,7 @@ def test_a_view_finds_the_value_of_its_base_and_another_view_is_remade() -> None
 
 
 @pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+@gc_freeze.paused()  # it checks that a dropped tensor is collected
 def test_an_entry_goes_with_its_tensor_and_a_new_tensor_gets_its_own() -> None:
     cache, made = TensorCache(), []
     w = torch.ones(4, 3)

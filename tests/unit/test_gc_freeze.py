@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import weakref
 
 import pytest
 
@@ -34,13 +35,17 @@ def test_garbage_made_after_it_is_collected():
     assert dropped() is None
 """
 
-
 # What the interpreter's exit walks: the objects not frozen once pytest is done.
 _AT_EXIT = """
 import atexit
 
 atexit.register(lambda: print(f"unfrozen at exit: {len(gc.get_objects())}"))
 """
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
 
 
 def test_an_inner_run_freezes_what_survives_a_full_collection(pytester: pytest.Pytester) -> None:
@@ -52,18 +57,28 @@ def test_an_inner_run_freezes_what_survives_a_full_collection(pytester: pytest.P
     assert unfrozen < 1000
 
 
-def test_an_in_process_run_freezes_nothing(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(_INNER)
-    before = gc.get_freeze_count()  # the outer run's: it falls as frozen objects are freed
-    result = pytester.runpytest()
-    result.assert_outcomes(passed=2)  # the outer run froze its collection's objects
-    assert gc.get_freeze_count() <= before
-    assert gc_freeze._freeze_survivors not in gc.callbacks
+def test_this_run_freezes_survivors_and_an_in_process_run_adds_nothing(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        "import gc\nfrom tests.gc_freeze import _freeze_survivors\n\n"
+        "def test_one_freezer():\n    assert gc.callbacks.count(_freeze_survivors) == 1\n"
+    )
+    assert gc.callbacks.count(gc_freeze._freeze_survivors) == 1
+    pytester.runpytest().assert_outcomes(passed=1)
+    assert gc.callbacks.count(gc_freeze._freeze_survivors) == 1
 
 
-def test_the_outer_run_froze_what_its_collection_imported() -> None:
-    assert gc.get_freeze_count() > 0
-    assert gc_freeze._freeze_survivors not in gc.callbacks
+def test_a_cycle_made_while_paused_is_collected_after_a_full_collection() -> None:
+    with gc_freeze.paused():
+        assert gc_freeze._freeze_survivors not in gc.callbacks
+        cycle = _Cycle()
+        gc.collect()
+        dropped = weakref.ref(cycle)
+        del cycle
+        gc.collect()
+        assert dropped() is None
+    assert gc_freeze._freeze_survivors in gc.callbacks
 
 
 def test_a_run_with_hypothesiss_plugin_gets_no_warning_from_trios_hook(
