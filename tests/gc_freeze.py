@@ -3,7 +3,7 @@
 torch, Dynamo and sympy leave some 300,000 objects that the garbage collector tracks, and every
 full collection walks all of them: 0.16 s each on a 2-core host. A run of the example suite does
 about eight while its tests run, pytest two more at its end, and the interpreter more again while
-it exits: 2.5 s of that run's 7.4 s, and the suite starts well over a hundred such runs.
+it exits: 2.5 s of that run's 7.4 s, and the suite starts some 80 such runs.
 :func:`gc.freeze` moves the objects tracked so far to a generation no collection walks.
 
 Every run of the suite freezes what survives each full collection: the imports' objects, the
