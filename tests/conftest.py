@@ -81,6 +81,25 @@ def _lean_pytester_runs(request: pytest.FixtureRequest, monkeypatch: pytest.Monk
 
 
 @pytest.fixture(autouse=True)
+def _dynamo_config_kept(request: pytest.FixtureRequest) -> Iterator[None]:
+    """An in-process ``pytester`` run executes its tests' modules in this process, and a
+    module-level ``torch._dynamo.config`` setting there stays for every later test: in a serial
+    run, ``capture_scalar_outputs`` left on by tests/plugin/test_runtime_figures.py turned a
+    later inner run's graph break into a different compile error. Put back what changed."""
+    if "pytester" not in request.fixturenames:
+        yield
+        return
+    import torch._dynamo
+
+    before = torch._dynamo.config.get_config_copy()
+    yield
+    after = torch._dynamo.config.get_config_copy()  # getattr would warn on deprecated names
+    for name, value in before.items():
+        if after[name] != value:
+            setattr(torch._dynamo.config, name, value)
+
+
+@pytest.fixture(autouse=True)
 def _no_ci_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """Inner pytest runs must not see the outer CI's environment: ``CI`` turns strict baselines
     on, and the GitHub variables would append tables to the real job summary."""
