@@ -191,10 +191,11 @@ def timed_kernels(disabled: bool) -> tuple[str, ...]:
 
 
 def smoke_rows(m: int, disabled: bool) -> int:
-    """Rows of a raw ``torch._int_mm`` benchmark's activations: all of them, except in a plain
-    (benchmark-disabled) run on a CPU without an int8 dot-product unit, where ``_int_mm`` has
-    no fast kernel (10-20x a float GEMM's time) and nothing is timed: there 8 rows check the
-    same exactness at the same K and N for a fraction of the suite's time."""
+    """Rows of the activations of a benchmark whose GEMMs are ``torch._int_mm``'s (raw, or
+    TorchAO's): all of them, except in a plain (benchmark-disabled) run on a CPU without an int8
+    dot-product unit, where ``_int_mm`` has no fast kernel (10-20x a float GEMM's time) and
+    nothing is timed: there 8 rows check the same exactness at the same K and N for a fraction
+    of the suite's time."""
     return min(m, 8) if disabled and not host_gemm.has_int8_unit() else m
 
 

@@ -104,6 +104,13 @@ def _torchao_peer(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     return compiled
 
 
+def _peer_rows(x: torch.Tensor, disabled: bool) -> torch.Tensor:
+    """The TorchAO peer's activations: its GEMMs are ``torch._int_mm``'s, so a plain run on a
+    host without an int8 unit takes :func:`~benchmarks.conftest.smoke_rows` of them (per-token
+    quantization gives each row the same values whatever the batch)."""
+    return x[: smoke_rows(len(x), disabled)]
+
+
 def _int_mm_pair(rows: int = M) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
     a = torch.randint(-128, 128, (rows, K), dtype=torch.int8)
     w1 = torch.randint(-128, 128, (N, K), dtype=torch.int8)
@@ -144,9 +151,9 @@ def test_raw_int_mm(benchmark: Any) -> None:
 @pytest.mark.benchmark(group=GROUP)
 @pytest.mark.filterwarnings(_AO_CACHE_WARNING)
 def test_torchao_inductor(benchmark: Any, model: nn.Module, x: torch.Tensor) -> None:
-    peer = _torchao_peer(model)
-    _close(peer(x), model(x))
-    benchmark(peer, x)
+    peer, x_peer = _torchao_peer(model), _peer_rows(x, benchmark.disabled)
+    _close(peer(x_peer), model(x_peer))
+    benchmark(peer, x_peer)
 
 
 # -- compile time -------------------------------------------------------------------------------
@@ -258,9 +265,9 @@ def test_ratios(
         fns[f"gemm@{name}"] = forced_kernel(
             name, lambda: [host_gemm.mm_i32(a, w, w_static=True) for a, w in pair]
         )
-    peer = _torchao_peer(model)
-    peer(x)
-    fns |= {"eager_fp32": lambda: model(x), "torchao": lambda: peer(x)}
+    peer, x_peer = _torchao_peer(model), _peer_rows(x, benchmark.disabled)
+    peer(x_peer)
+    fns |= {"eager_fp32": lambda: model(x), "torchao": lambda: peer(x_peer)}
     rounds = 1 if benchmark.disabled else 15
     best: dict[str, float] = {}
     benchmark.pedantic(lambda: best.update(best_interleaved(fns, rounds)), rounds=1)
