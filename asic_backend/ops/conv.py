@@ -5,7 +5,9 @@ convolutions (:mod:`asic_backend.lower.conv`).
   output channel (cached while unchanged), activations symmetric per sample (one scale per batch
   element, so a sample's result does not depend on the rest of the batch), the int32
   accumulator of :func:`asic_backend.sim.device.run_conv_i32` scaled on the host:
-  ``y = acc·(s_x[n]·s_w[c]) + b[c]`` in float32, rounded after each step.
+  ``y = acc·(s_x[n]·s_w[c]) + b[c]`` in float32, rounded after each step. A large batch of a
+  conv with few MACs per input value (depthwise) goes a chunk of samples at a time
+  (:data:`CHUNK_BYTES`), so its host passes run in the CPU's caches.
 * ``asic::qconv``: a PT2E ``dequantize → conv(·, dequantize(W)) [→ relu] [→ quantize]`` chain on
   the integer tensors, int8-out (requantized on the DUT) or scaled on the host.
 
@@ -21,7 +23,8 @@ torch.Size([2, 4, 8, 8])
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -31,7 +34,12 @@ from asic_backend.ops.library import dut_op
 from asic_backend.ops.linear import Pt2eOutput, pt2e_activation, qlinear_params, quantize_sym_rows
 from asic_backend.sim import numerics
 from asic_backend.sim.conv import ConvGeometry, conv_out_size, takes_float32
-from asic_backend.sim.device import get_device, run_conv_i32, run_conv_requant
+from asic_backend.sim.device import (
+    get_device,
+    run_conv_i32,
+    run_conv_i32_by_chunks,
+    run_conv_requant,
+)
 from asic_backend.sim.host_gemm import scratch
 from asic_backend.sim.tensor_cache import new_cache, stamp
 
@@ -135,19 +143,51 @@ def _channel_view(t: Tensor, spatial: int) -> Tensor:
     return t.reshape(1, -1, *([1] * spatial))
 
 
-def _rescale(acc: Tensor, scale: Tensor, bias: Tensor | None) -> Tensor:
+def _rescale(
+    acc: Tensor, scale: Tensor, bias: Tensor | None, *, out: Tensor | None = None
+) -> Tensor:
     """``acc·scale + bias[c]`` in float32, rounded after the product and after the sum (as the
     linears' :func:`numerics.dequantize_acc`); ``acc`` is int32, or float32 holding the same
-    values, and is the caller's to give up: a float32 one is rescaled in place.
+    values, and is the caller's to give up: a float32 one is rescaled in place, unless ``out``
+    (float32, shaped as ``acc``) is given to receive the result.
 
     Cast first, then two in-place passes: ``addcmul`` with operands broadcast over the spatial
     dims runs unvectorized, 5x the time of a multiply and an add together (1.83 ms against 0.36
     at 8×128×56×56, one thread, AVX-512 host)."""
     y = acc if acc.dtype == torch.float32 else acc.to(torch.float32)
-    y.mul_(scale)
+    y = y.mul_(scale) if out is None else torch.mul(y, scale, out=out)
     if bias is None:
         return y
     return y.add_(_channel_view(bias.to(torch.float32), acc.dim() - 2))
+
+
+#: Where the host convolves in float32, :func:`dyn_conv` can take the batch in chunks of samples
+#: of about this many bytes of float32 input, each quantized, convolved and rescaled before the
+#: next: its passes then read what the last one left in the CPU's caches, where passes over a
+#: whole large batch each read it from memory. Chunks of one 1.6 MB sample beat chunks of two.
+CHUNK_BYTES = 2 << 20
+#: ... only for a convolution of at most this many MACs per input value (a depthwise 3x3 has 9, a
+#: dense 3x3 of 64 channels 576), where the memory passes are most of its time: 8×128×56×56
+#: depthwise, 9.0 to 7.7 ms (26.5 to 7.1 with glibc's default of returning freed memory); a
+#: pointwise 256 -> 256, even; the dense 3x3, 4% slower, in oneDNN calls on fewer rows.
+CHUNK_MAX_MACS_PER_VALUE = 256
+#: ... and in at least this many chunks: a batch of two fits the caches whole (8×128×28×28
+#: depthwise, 3.2 MB: 1.29 ms whole, 1.51 in two chunks).
+CHUNK_MIN_CHUNKS = 3
+
+
+def _samples_per_chunk(geo: ConvGeometry) -> int:
+    """How many samples of ``geo``'s batch :func:`dyn_conv` takes at a time: the whole batch,
+    or chunks of :data:`CHUNK_BYTES` (figures of 8-sample batches, one thread, AVX-512 host)."""
+    values = geo.in_channels * math.prod(geo.in_size)
+    per_chunk = max(1, CHUNK_BYTES // (4 * values))
+    if (
+        not takes_float32(geo)  # the int_mm path takes int8 values, in one GEMM
+        or geo.macs > CHUNK_MAX_MACS_PER_VALUE * geo.batch * values
+        or geo.batch < CHUNK_MIN_CHUNKS * per_chunk
+    ):
+        return geo.batch
+    return per_chunk
 
 
 @dut_op("asic::dyn_conv")
@@ -171,6 +211,10 @@ def dyn_conv(
     if xb.numel() == 0:
         return _unbatched(xb.new_zeros(geo.out_shape), unbatched)
     rows = xb.reshape(geo.batch, -1)
+    per_chunk = _samples_per_chunk(geo)
+    if per_chunk < geo.batch:
+        y = _dyn_conv_by_chunks(rows, xb.shape, w_q, w_scale, bias, geo, device, per_chunk)
+        return _unbatched(y.to(x.dtype), unbatched)
     # Where the host convolves in float32, the quantized values go to it as float32, in this
     # thread's reused buffer: no int8 tensor and conversion back, and no fresh pages to fault
     # in (the depthwise benchmark layer: 10.1 to 9.3 ms, one thread, AVX-512 host).
@@ -180,6 +224,40 @@ def dyn_conv(
         x_q.reshape(xb.shape), w_q, geo, device=get_device(device), allow_float32=True
     )
     return _scaled(acc, x_scale, w_scale, bias, x.dtype, unbatched)
+
+
+def _dyn_conv_by_chunks(
+    rows: Tensor,
+    shape: torch.Size,
+    w_q: Tensor,
+    w_scale: Tensor,
+    bias: Tensor | None,
+    geo: ConvGeometry,
+    device: str,
+    per_chunk: int,
+) -> Tensor:
+    """:func:`dyn_conv`'s float32 result, ``per_chunk`` samples at a time (:data:`CHUNK_BYTES`):
+    the same values, since every step is per sample or per element."""
+    y = rows.new_empty(geo.out_shape, dtype=torch.float32)
+    spans = [(lo, min(lo + per_chunk, geo.batch)) for lo in range(0, geo.batch, per_chunk)]
+    x_scales: list[Tensor] = []
+
+    def quantized() -> Iterator[Tensor]:
+        for lo, hi in spans:
+            out = scratch((hi - lo, rows.shape[1]), torch.float32)
+            x_q, x_scale = quantize_sym_rows(rows[lo:hi], out=out)
+            x_scales.append(x_scale)
+            yield x_q.reshape(hi - lo, *shape[1:])
+
+    accs = run_conv_i32_by_chunks(
+        quantized(), w_q, geo, device=get_device(device), allow_float32=True
+    )
+    # Every chunk, to the generator's end: the device records the convolution after the last.
+    for i, acc in enumerate(accs):
+        lo, hi = spans[i]
+        scale = x_scales[i].reshape(-1, 1) * w_scale.reshape(1, -1)
+        _rescale(acc, scale.reshape(*scale.shape, *([1] * geo.spatial)), bias, out=y[lo:hi])
+    return y
 
 
 def _scaled(

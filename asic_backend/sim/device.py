@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import threading
+from collections.abc import Iterable, Iterator
 from typing import Any, Literal, get_args
 
 import torch
@@ -477,6 +478,36 @@ def run_conv_i32(
     )
     device.record_gemm(device.conv_cost(geo, out_bytes), count=geo.groups, family="conv")
     return acc
+
+
+def run_conv_i32_by_chunks(
+    chunks: Iterable[torch.Tensor],
+    w_q: torch.Tensor,
+    geo: ConvGeometry,
+    *,
+    device: Device,
+    allow_float32: bool = False,
+) -> Iterator[torch.Tensor]:
+    """:func:`run_conv_i32` fed its batch as consecutive chunks of samples (each ``x_q`` of
+    ``[n, C_in, *size]``, made when asked for): yields each chunk's accumulator in turn, the same
+    values as one call gives. A caller that quantizes a chunk and rescales its result before
+    asking for the next keeps one chunk's data in the CPU's caches through all three. The device
+    records one convolution of ``geo`` once the chunks have covered its batch."""
+    _check_device(device)
+    done = 0
+    for x_q in chunks:
+        part = dataclasses.replace(geo, batch=int(x_q.shape[0]))
+        yield conv_i32(
+            x_q,
+            w_q,
+            part,
+            acc_overflow=device.config.acc_overflow,
+            allow_float32=allow_float32,
+        )
+        done += part.batch
+    if done != geo.batch:
+        raise ValueError(f"asic: conv chunks cover {done} of the batch's {geo.batch} samples")
+    device.record_gemm(device.conv_cost(geo, ACC_BYTES), count=geo.groups, family="conv")
 
 
 def run_conv_requant(

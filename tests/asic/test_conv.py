@@ -714,6 +714,40 @@ def test_run_conv_i32_counts_one_gemm_per_group(
     assert dev.snapshot().cycles == geo.groups * cost.cycles
 
 
+@pytest.mark.parametrize("config", ["default", SATURATE_RNE], ids=["default", "gemmini_sat"])
+@pytest.mark.parametrize(("x_shape", "w_shape", "kwargs"), DEVICE_CASES)
+def test_a_conv_run_by_chunks_of_samples_is_one_runs_values_and_counters(
+    x_shape: tuple[int, ...],
+    w_shape: tuple[int, ...],
+    kwargs: dict[str, Any],
+    config: str | AsicConfig,
+) -> None:
+    dev = get_device(config)
+    args: dict[str, Any] = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, **kwargs}
+    geo = ConvGeometry.of((5, *x_shape[1:]), w_shape, **args)
+    x, w = rand_i8(5, *x_shape[1:], seed=1), rand_i8(*w_shape, seed=2)
+    dev.reset()
+    whole = run_conv_i32(x, w, geo, device=dev)
+    counted, costs = dev.snapshot(), dev.last_costs
+    dev.reset()
+    chunks = (x[lo : lo + 2] for lo in range(0, 5, 2))
+    parts = list(devices.run_conv_i32_by_chunks(chunks, w, geo, device=dev))
+    assert [part.shape[0] for part in parts] == [2, 2, 1]
+    assert torch.equal(torch.cat(parts), whole)
+    assert (dev.snapshot(), dev.last_costs) == (counted, costs)
+
+
+def test_conv_chunks_short_of_the_batch_are_an_error_and_count_nothing() -> None:
+    dev = get_device("default")
+    dev.reset()
+    geo = ConvGeometry.of((3, 4, 6, 6), (4, 1, 3, 3), stride=1, padding=1, dilation=1, groups=4)
+    x, w = rand_i8(3, 4, 6, 6, seed=1), rand_i8(4, 1, 3, 3, seed=2)
+    runs = devices.run_conv_i32_by_chunks([x[:1], x[1:2]], w, geo, device=dev)
+    with pytest.raises(ValueError, match="conv chunks cover 2 of the batch's 3 samples"):
+        list(runs)
+    assert dev.snapshot().dut_ops == 0
+
+
 def golden_rows(acc: list[Any]) -> list[list[int]]:
     """``acc [N][C][*out]`` as rows ``(n, *out)`` of C values (the GEMM's output matrix)."""
     rows = []

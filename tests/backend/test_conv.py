@@ -7,6 +7,7 @@ compiled call's DUT + host MACs equal FlopCounterMode's count of the same graph.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -275,3 +276,86 @@ def test_a_depthwise_conv_quantizes_into_one_reused_float32_buffer(device: Devic
         assert torch.equal(conv_ops.dyn_conv(x, w, *args), first)
         assert torch.equal(conv_ops.dyn_conv(x * 3, w, *args), second)
     assert [call.args[0].dtype for call in spy.call_args_list] == [torch.int8, torch.int8]
+
+
+# (x, w, stride, padding [lo, hi per dim], dilation, groups, transposed, output_padding): convs
+# the host computes in float32 whatever the kernel, with a batch of 7 samples of 1.5 to 3 KB.
+CHUNKED = {
+    "depthwise-2d": ((7, 8, 9, 9), (8, 1, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 8, False, [0, 0]),
+    "grouped-1d-strided": ((7, 12, 40), (6, 4, 3), [2], [1, 1], [1], 3, False, [0]),
+    "depthwise-x2-3d": ((7, 4, 3, 6, 6), (8, 1, 1, 3, 3), [1, 1, 1], [0, 0, 1, 1, 0, 1],
+                        [1, 1, 1], 4, False, [0, 0, 0]),
+    "transposed-grouped": ((7, 8, 5, 5), (8, 3, 3, 3), [2, 2], [1, 1, 1, 1], [1, 1], 2, True,
+                           [1, 1]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("case", list(CHUNKED))
+def test_a_batch_in_chunks_of_samples_gives_the_same_bits_and_counts(
+    device: Device, monkeypatch: pytest.MonkeyPatch, case: str, dtype: torch.dtype, bias: bool
+) -> None:
+    """Where the host convolves in float32, a batch larger than a few chunks is quantized,
+    convolved and rescaled a chunk of samples at a time: the same values as all at once, and
+    one convolution on the device."""
+    from unittest import mock
+
+    from asic_backend.ops import conv as conv_ops
+
+    x_shape, w_shape, *geometry = CHUNKED[case]
+    x, w = torch.randn(x_shape, dtype=dtype), torch.randn(w_shape)
+    b = torch.randn(w_shape[1] * geometry[3] if geometry[4] else w_shape[0]) if bias else None
+    args = (x, w, b, *geometry, True, device.key)
+    whole = conv_ops.dyn_conv(*args)
+    counted = device.snapshot()
+    device.reset()
+    monkeypatch.setattr(conv_ops, "CHUNK_BYTES", 2 * 4 * math.prod(x_shape[1:]))  # 2 samples
+    run = mock.patch.object(
+        conv_ops, "run_conv_i32_by_chunks", wraps=conv_ops.run_conv_i32_by_chunks
+    )
+    with run as spy:
+        chunked = conv_ops.dyn_conv(*args)
+    assert spy.call_count == 1
+    assert chunked.dtype == dtype
+    assert chunked.is_contiguous()
+    assert torch.equal(chunked, whole)
+    assert device.snapshot() == counted
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "groups", "kernel", "chunks"),
+    [
+        pytest.param((8, 4, 6, 6), (4, 1, 3, 3), 4, "float32", 4, id="depthwise"),
+        pytest.param((8, 16, 6, 6), (16, 16, 1, 1), 1, "float32", 4, id="pointwise-16-on-float32"),
+        pytest.param((8, 16, 6, 6), (16, 16, 1, 1), 1, "int_mm", 1, id="pointwise-on-int_mm"),
+        pytest.param((8, 32, 6, 6), (32, 32, 3, 3), 1, "float32", 1, id="dense-3x3-288-macs"),
+        pytest.param((5, 4, 6, 6), (4, 1, 3, 3), 4, "float32", 1, id="two-chunks-and-a-half"),
+    ],
+)
+def test_chunks_are_taken_for_many_samples_of_few_macs_per_value_on_the_float32_path(
+    device: Device,
+    monkeypatch: pytest.MonkeyPatch,
+    x_shape: tuple[int, ...],
+    w_shape: tuple[int, ...],
+    groups: int,
+    kernel: str,
+    chunks: int,
+) -> None:
+    """Chunks where they win: the host convolves in float32 (never ``torch._int_mm``, which
+    takes int8 values), at most ``CHUNK_MAX_MACS_PER_VALUE`` per input value (a dense 3x3 of 32
+    channels has 288: oneDNN's calls on fewer rows would cost more), in three chunks or more."""
+    from asic_backend.ops import conv as conv_ops
+    from asic_backend.sim import host_gemm
+
+    monkeypatch.setattr(conv_ops, "CHUNK_BYTES", 2 * 4 * math.prod(x_shape[1:]))  # 2 samples
+    pad = w_shape[-1] // 2
+    x, w = torch.randn(x_shape), torch.randn(w_shape)
+    args = ([1, 1], [pad] * 4, [1, 1], groups, False, [0, 0], True, device.key)
+    with host_gemm.forced(kernel):
+        conv_ops.dyn_conv(x, w, None, *args)
+        assert device.snapshot().dut_ops == groups
+        xb, _ = conv_ops._batched(x, w)
+        geo = conv_ops._geometry(xb, w, *args[:6])
+        per_chunk = conv_ops._samples_per_chunk(geo)
+    assert -(-x_shape[0] // per_chunk) == chunks
