@@ -497,6 +497,8 @@ def run_conv_i32_by_chunks(
     done = 0
     for x_q in chunks:
         part = dataclasses.replace(geo, batch=int(x_q.shape[0]))
+        if done + part.batch > geo.batch:
+            raise ValueError(f"asic: conv chunks go past the batch's {geo.batch} samples")
         yield conv_i32(
             x_q,
             w_q,

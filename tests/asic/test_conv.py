@@ -737,13 +737,16 @@ def test_a_conv_run_by_chunks_of_samples_is_one_runs_values_and_counters(
     assert (dev.snapshot(), dev.last_costs) == (counted, costs)
 
 
-def test_conv_chunks_short_of_the_batch_are_an_error_and_count_nothing() -> None:
+def test_conv_chunks_short_of_or_past_the_batch_are_an_error_and_count_nothing() -> None:
     dev = get_device("default")
     dev.reset()
     geo = ConvGeometry.of((3, 4, 6, 6), (4, 1, 3, 3), stride=1, padding=1, dilation=1, groups=4)
     x, w = rand_i8(3, 4, 6, 6, seed=1), rand_i8(4, 1, 3, 3, seed=2)
     runs = devices.run_conv_i32_by_chunks([x[:1], x[1:2]], w, geo, device=dev)
     with pytest.raises(ValueError, match="conv chunks cover 2 of the batch's 3 samples"):
+        list(runs)
+    runs = devices.run_conv_i32_by_chunks([x[:2], x[1:3]], w, geo, device=dev)
+    with pytest.raises(ValueError, match="conv chunks go past the batch's 3 samples"):
         list(runs)
     assert dev.snapshot().dut_ops == 0
 
