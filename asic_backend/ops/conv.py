@@ -164,7 +164,8 @@ def _rescale(
 #: Where the host convolves in float32, :func:`dyn_conv` can take the batch in chunks of samples
 #: of about this many bytes of float32 input, each quantized, convolved and rescaled before the
 #: next: its passes then read what the last one left in the CPU's caches, where passes over a
-#: whole large batch each read it from memory. Chunks of one 1.6 MB sample beat chunks of two.
+#: whole large batch each read it from memory. Chunks of one 1.6 MB sample did as well as chunks
+#: of two or better.
 CHUNK_BYTES = 2 << 20
 #: ... only for a convolution of at most this many MACs per input value (a depthwise 3x3 has 9, a
 #: dense 3x3 of 64 channels 576), where the memory passes are most of its time: 8×128×56×56
@@ -177,8 +178,9 @@ CHUNK_MIN_CHUNKS = 3
 
 
 def _samples_per_chunk(geo: ConvGeometry) -> int:
-    """How many samples of ``geo``'s batch :func:`dyn_conv` takes at a time: the whole batch,
-    or chunks of :data:`CHUNK_BYTES` (figures of 8-sample batches, one thread, AVX-512 host)."""
+    """How many samples of ``geo``'s batch :func:`dyn_conv` takes at a time: a chunk of about
+    :data:`CHUNK_BYTES` where the three conditions hold (measured on batches of 8, one thread,
+    AVX-512 host), else the whole batch."""
     values = geo.in_channels * math.prod(geo.in_size)
     per_chunk = max(1, CHUNK_BYTES // (4 * values))
     if (
@@ -246,7 +248,7 @@ def _dyn_conv_by_chunks(
         for lo, hi in spans:
             out = scratch((hi - lo, rows.shape[1]), torch.float32)
             x_q, x_scale = quantize_sym_rows(rows[lo:hi], out=out)
-            x_scales.append(x_scale)
+            x_scales.append(x_scale)  # for the rescale of the accumulator this chunk gives
             yield x_q.reshape(hi - lo, *shape[1:])
 
     accs = run_conv_i32_by_chunks(

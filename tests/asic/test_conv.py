@@ -683,6 +683,15 @@ DEVICE_CASES = [
 ]
 
 
+def _device_case(
+    x_shape: tuple[int, ...], w_shape: tuple[int, ...], kwargs: dict[str, Any]
+) -> tuple[ConvGeometry, torch.Tensor, torch.Tensor]:
+    """A :data:`DEVICE_CASES` case's geometry and int8 operands."""
+    args: dict[str, Any] = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, **kwargs}
+    geo = ConvGeometry.of(x_shape, w_shape, **args)
+    return geo, rand_i8(*x_shape, seed=1), rand_i8(*w_shape, seed=2)
+
+
 @pytest.mark.parametrize("config", ["default", SATURATE_RNE], ids=["default", "gemmini_sat"])
 @pytest.mark.parametrize(("x_shape", "w_shape", "kwargs"), DEVICE_CASES)
 def test_run_conv_i32_counts_one_gemm_per_group(
@@ -692,9 +701,7 @@ def test_run_conv_i32_counts_one_gemm_per_group(
     config: str | AsicConfig,
 ) -> None:
     dev = get_device(config)
-    args: dict[str, Any] = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, **kwargs}
-    geo = ConvGeometry.of(x_shape, w_shape, **args)
-    x, w = rand_i8(*x_shape, seed=1), rand_i8(*w_shape, seed=2)
+    geo, x, w = _device_case(x_shape, w_shape, kwargs)
     bias = torch.arange(geo.out_channels, dtype=torch.int32) * 1000 - 2000
     out = run_conv_i32(x, w, geo, a_zp=-7, bias_i32=bias, device=dev)
     expected = conv_i32(x, w, geo, a_zp=-7, bias_i32=bias, acc_overflow=dev.config.acc_overflow)
@@ -723,9 +730,7 @@ def test_a_conv_run_by_chunks_of_samples_is_one_runs_values_and_counters(
     config: str | AsicConfig,
 ) -> None:
     dev = get_device(config)
-    args: dict[str, Any] = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, **kwargs}
-    geo = ConvGeometry.of((5, *x_shape[1:]), w_shape, **args)
-    x, w = rand_i8(5, *x_shape[1:], seed=1), rand_i8(*w_shape, seed=2)
+    geo, x, w = _device_case((5, *x_shape[1:]), w_shape, kwargs)
     dev.reset()
     whole = run_conv_i32(x, w, geo, device=dev)
     counted, costs = dev.snapshot(), dev.last_costs
