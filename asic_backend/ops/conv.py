@@ -7,7 +7,7 @@ convolutions (:mod:`asic_backend.lower.conv`).
   accumulator of :func:`asic_backend.sim.device.run_conv_i32` scaled on the host:
   ``y = acc·(s_x[n]·s_w[c]) + b[c]`` in float32, rounded after each step. A large batch of a
   conv with few MACs per input value (depthwise) goes a chunk of samples at a time
-  (:data:`CHUNK_BYTES`), so its host passes run in the CPU's caches.
+  (:func:`asic_backend.sim.conv.samples_per_chunk`), so its host passes run in the CPU's caches.
 * ``asic::qconv``: a PT2E ``dequantize → conv(·, dequantize(W)) [→ relu] [→ quantize]`` chain on
   the integer tensors, int8-out (requantized on the DUT) or scaled on the host.
 
@@ -23,7 +23,6 @@ torch.Size([2, 4, 8, 8])
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -33,7 +32,7 @@ from torch import Tensor
 from asic_backend.ops.library import dut_op
 from asic_backend.ops.linear import Pt2eOutput, pt2e_activation, qlinear_params, quantize_sym_rows
 from asic_backend.sim import numerics
-from asic_backend.sim.conv import ConvGeometry, conv_out_size, takes_float32
+from asic_backend.sim.conv import ConvGeometry, conv_out_size, samples_per_chunk, takes_float32
 from asic_backend.sim.device import (
     get_device,
     run_conv_i32,
@@ -161,37 +160,6 @@ def _rescale(
     return y.add_(_channel_view(bias.to(torch.float32), acc.dim() - 2))
 
 
-#: Where the host convolves in float32, :func:`dyn_conv` can take the batch in chunks of samples
-#: of about this many bytes of float32 input, each quantized, convolved and rescaled before the
-#: next: its passes then read what the last one left in the CPU's caches, where passes over a
-#: whole large batch each read it from memory. Chunks of one 1.6 MB sample did as well as chunks
-#: of two or better.
-CHUNK_BYTES = 2 << 20
-#: ... only for a convolution of at most this many MACs per input value (a depthwise 3x3 has 9, a
-#: dense 3x3 of 64 channels 576), where the memory passes are most of its time: 8×128×56×56
-#: depthwise, 9.0 to 7.7 ms (26.5 to 7.1 with glibc's default of returning freed memory); a
-#: pointwise 256 -> 256, even; the dense 3x3, 4% slower, in oneDNN calls on fewer rows.
-CHUNK_MAX_MACS_PER_VALUE = 256
-#: ... and in at least this many chunks: a batch of two fits the caches whole (8×128×28×28
-#: depthwise, 3.2 MB: 1.29 ms whole, 1.51 in two chunks).
-CHUNK_MIN_CHUNKS = 3
-
-
-def _samples_per_chunk(geo: ConvGeometry) -> int:
-    """How many samples of ``geo``'s batch :func:`dyn_conv` takes at a time: a chunk of about
-    :data:`CHUNK_BYTES` where the three conditions hold (measured on batches of 8, one thread,
-    AVX-512 host), else the whole batch."""
-    values = geo.in_channels * math.prod(geo.in_size)
-    per_chunk = max(1, CHUNK_BYTES // (4 * values))
-    if (
-        not takes_float32(geo)  # the int_mm path takes int8 values, in one GEMM
-        or geo.macs > CHUNK_MAX_MACS_PER_VALUE * geo.batch * values
-        or geo.batch < CHUNK_MIN_CHUNKS * per_chunk
-    ):
-        return geo.batch
-    return per_chunk
-
-
 @dut_op("asic::dyn_conv")
 def dyn_conv(
     x: Tensor,
@@ -213,7 +181,8 @@ def dyn_conv(
     if xb.numel() == 0:
         return _unbatched(xb.new_zeros(geo.out_shape), unbatched)
     rows = xb.reshape(geo.batch, -1)
-    per_chunk = _samples_per_chunk(geo)
+    # Where the host convolves in float32, a chunk at a time (sim.conv.samples_per_chunk).
+    per_chunk = samples_per_chunk(geo) if takes_float32(geo) else geo.batch
     if per_chunk < geo.batch:
         y = _dyn_conv_by_chunks(rows, xb.shape, w_q, w_scale, bias, geo, device, per_chunk)
         return _unbatched(y.to(x.dtype), unbatched)
@@ -238,7 +207,7 @@ def _dyn_conv_by_chunks(
     device: str,
     per_chunk: int,
 ) -> Tensor:
-    """:func:`dyn_conv`'s float32 result, ``per_chunk`` samples at a time (:data:`CHUNK_BYTES`):
+    """:func:`dyn_conv`'s float32 result, ``per_chunk`` samples at a time:
     the same values, since every step is per sample or per element."""
     y = rows.new_empty(geo.out_shape, dtype=torch.float32)
     spans = [(lo, min(lo + per_chunk, geo.batch)) for lo in range(0, geo.batch, per_chunk)]

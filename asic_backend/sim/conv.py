@@ -37,7 +37,15 @@ from asic_backend.sim.host_gemm import F32_EXACT
 from asic_backend.sim.numerics import INT_MM_MAX_K, AccOverflow
 from asic_backend.sim.tensor_cache import new_cache, stamp
 
-__all__ = ["ConvGeometry", "conv_i32", "conv_out_size", "im2col", "per_dim", "takes_float32"]
+__all__ = [
+    "ConvGeometry",
+    "conv_i32",
+    "conv_out_size",
+    "im2col",
+    "per_dim",
+    "samples_per_chunk",
+    "takes_float32",
+]
 
 #: Largest |integer| float64 holds exactly (float32's: host_gemm.F32_EXACT).
 _F64_EXACT = 2**53
@@ -325,6 +333,10 @@ def conv_i32(
     fits_int32 = bound <= numerics.INT32_MAX
     if not isinstance(zp, torch.Tensor) and _takes_int_mm(geo):
         return _int_mm_conv(x_q, w_q, geo, zp, bias_i32, acc_overflow)
+    per_chunk = samples_per_chunk(geo)
+    if per_chunk < geo.batch:
+        chunk = (zp, bias_i32, acc_overflow, allow_float32, per_chunk)
+        return _conv_i32_by_chunks(x_q, w_q, geo, *chunk)
     slices = _float32_slices(geo, max_x)
     if len(slices) > 1:
         exact = _sliced_float32_conv(x_q, w_q, geo, zp, slices, fits_int32)
@@ -336,11 +348,46 @@ def conv_i32(
             return exact.contiguous()  # integers below 2^24: exactly the int32 values
     if bias_i32 is not None:
         bias_view = bias_i32.reshape(1, -1, *([1] * geo.spatial))
-        exact = exact.to(torch.int64) if exact.is_floating_point() else exact
-        exact = exact + bias_view.to(torch.int64)
+        if exact.dtype == torch.float32 and bound < F32_EXACT:
+            # Every sum with the bias is an integer below 2^24: exact in float32, in place.
+            exact = exact.add_(bias_view.to(torch.float32))
+        else:
+            exact = exact.to(torch.int64) if exact.is_floating_point() else exact
+            exact = exact + bias_view.to(torch.int64)
     if fits_int32:
         return exact.to(torch.int32).contiguous()
     return numerics.narrow_i32(exact.to(torch.int64), acc_overflow).contiguous()
+
+
+def _conv_i32_by_chunks(
+    x_q: torch.Tensor,
+    w_q: torch.Tensor,
+    geo: ConvGeometry,
+    zp: int | torch.Tensor,
+    bias_i32: torch.Tensor | None,
+    acc_overflow: AccOverflow,
+    allow_float32: bool,
+    per_chunk: int,
+) -> torch.Tensor:
+    """:func:`conv_i32` of ``per_chunk`` samples at a time, each copied into the result while
+    still in the caches (:func:`samples_per_chunk`)."""
+    out: torch.Tensor | None = None
+    for lo in range(0, geo.batch, per_chunk):
+        hi = min(lo + per_chunk, geo.batch)
+        part = conv_i32(
+            x_q[lo:hi],
+            w_q,
+            dataclasses.replace(geo, batch=hi - lo),
+            a_zp=zp[lo:hi] if isinstance(zp, torch.Tensor) else zp,
+            bias_i32=bias_i32,
+            acc_overflow=acc_overflow,
+            allow_float32=allow_float32,
+        )
+        if out is None:  # int32, or float32 where allowed: the same for every chunk
+            out = part.new_empty(geo.out_shape)
+        out[lo:hi] = part
+    assert out is not None
+    return out
 
 
 def takes_float32(geo: ConvGeometry, a_zp: int | torch.Tensor = 0) -> bool:
@@ -353,6 +400,38 @@ def takes_float32(geo: ConvGeometry, a_zp: int | torch.Tensor = 0) -> bool:
     if isinstance(zp, torch.Tensor) or zp != 0 or _takes_int_mm(geo):
         return False
     return bool(_float32_slices(geo, 128))
+
+
+#: Where the host convolves in float32, a large batch goes in chunks of samples of about this many
+#: bytes of float32 input, each through every host pass before the next (converted or quantized,
+#: convolved, given its bias or rescaled): a pass then reads what the last one left in the CPU's
+#: caches, where passes over a whole large batch each read it from memory. Chunks of one 1.6 MB
+#: sample did as well as chunks of two or better (figures here: batches of 8, one thread,
+#: AVX-512 host).
+CHUNK_BYTES = 2 << 20
+#: ... only for a convolution of at most this many MACs per input value (a depthwise 3x3 has 9, a
+#: dense 3x3 of 64 channels 576), where the memory passes are most of its time: 8×128×56×56
+#: depthwise, 9.0 to 7.7 ms (26.5 to 7.1 with glibc's default of returning freed memory); a
+#: pointwise 256 -> 256, even; the dense 3x3, 4% slower, in oneDNN calls on fewer rows.
+CHUNK_MAX_MACS_PER_VALUE = 256
+#: ... and in at least this many chunks: a batch of two fits the caches whole (8×128×28×28
+#: depthwise, 3.2 MB: 1.29 ms whole, 1.51 in two chunks).
+CHUNK_MIN_CHUNKS = 3
+
+
+def samples_per_chunk(geo: ConvGeometry) -> int:
+    """How many of ``geo``'s samples the host convolves at a time: a chunk of about
+    :data:`CHUNK_BYTES` where the conditions above hold and the host's kernel does not take
+    ``geo`` to ``torch._int_mm`` (one GEMM over the im2col matrix), else the whole batch."""
+    values = geo.in_channels * math.prod(geo.in_size)
+    per_chunk = max(1, CHUNK_BYTES // (4 * values))
+    if (
+        _takes_int_mm(geo)
+        or geo.macs > CHUNK_MAX_MACS_PER_VALUE * geo.batch * values
+        or geo.batch < CHUNK_MIN_CHUNKS * per_chunk
+    ):
+        return geo.batch
+    return per_chunk
 
 
 def _takes_int_mm(geo: ConvGeometry) -> bool:

@@ -742,6 +742,35 @@ def test_a_conv_run_by_chunks_of_samples_is_one_runs_values_and_counters(
     assert (dev.snapshot(), dev.last_costs) == (counted, costs)
 
 
+@pytest.mark.parametrize("overflow", ["wrap", "saturate"])
+@pytest.mark.parametrize("bias", [None, 2**12, 2**30], ids=["no_bias", "bias_2e12", "bias_2e30"])
+@pytest.mark.parametrize("zp", [0, -7, "samples"])
+@pytest.mark.parametrize(("x_shape", "w_shape", "kwargs"), DEVICE_CASES)
+def test_conv_i32_by_chunks_of_samples_gives_the_whole_batchs_values(
+    monkeypatch: pytest.MonkeyPatch,
+    x_shape: tuple[int, ...],
+    w_shape: tuple[int, ...],
+    kwargs: dict[str, Any],
+    zp: int | str,
+    bias: int | None,
+    overflow: AccOverflow,
+) -> None:
+    """A large batch of a thin conv goes a chunk of samples at a time (here, one sample): the
+    same accumulator, for every zero-point, bias and overflow mode, and for float32 operands."""
+    geo, x, w = _device_case((5, *x_shape[1:]), w_shape, kwargs)
+    a_zp = i32([-7, 0, 3, -128, 127]) if zp == "samples" else zp
+    bias_i32 = None if bias is None else torch.linspace(-bias, bias, geo.out_channels).int()
+    args: dict[str, Any] = {"a_zp": a_zp, "bias_i32": bias_i32, "acc_overflow": overflow}
+    whole = conv_i32(x, w, geo, **args)
+    monkeypatch.setattr(conv, "CHUNK_BYTES", 1)
+    # Whole where the geometry goes to _int_mm (per-sample zero-points then take the float path).
+    assert conv.samples_per_chunk(geo) == (geo.batch if conv._takes_int_mm(geo) else 1)
+    assert torch.equal(conv_i32(x, w, geo, **args), whole)
+    if conv.takes_float32(geo, a_zp) and bias is None:
+        floats = conv_i32(x.float(), w, geo, **args, allow_float32=True)
+        assert torch.equal(floats, whole.float())
+
+
 def test_conv_chunks_short_of_or_past_the_batch_are_an_error_and_count_nothing() -> None:
     dev = get_device("default")
     dev.reset()

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from asic_backend import make_backend
+from asic_backend.sim import conv as sim_conv
 from asic_backend.sim.conv import ConvGeometry
 from asic_backend.sim.cycles import conv_cost
 from asic_backend.sim.device import Device
@@ -310,7 +311,7 @@ def test_a_batch_in_chunks_of_samples_gives_the_same_bits_and_counts(
     whole = conv_ops.dyn_conv(*args)
     counted = device.snapshot()
     device.reset()
-    monkeypatch.setattr(conv_ops, "CHUNK_BYTES", 2 * 4 * math.prod(x_shape[1:]))  # 2 samples
+    monkeypatch.setattr(sim_conv, "CHUNK_BYTES", 2 * 4 * math.prod(x_shape[1:]))  # 2 samples
     run = mock.patch.object(
         conv_ops, "run_conv_i32_by_chunks", wraps=conv_ops.run_conv_i32_by_chunks
     )
@@ -343,12 +344,13 @@ def test_chunks_are_taken_for_many_samples_of_few_macs_per_value_on_the_float32_
     chunks: int,
 ) -> None:
     """Chunks where they win: the host convolves in float32 (never ``torch._int_mm``, which
-    takes int8 values), at most ``CHUNK_MAX_MACS_PER_VALUE`` per input value (a dense 3x3 of 32
-    channels has 288: oneDNN's calls on fewer rows would cost more), in three chunks or more."""
+    takes int8 values), at most ``sim.conv.CHUNK_MAX_MACS_PER_VALUE`` per input value (a dense
+    3x3 of 32 channels has 288: oneDNN's calls on fewer rows would cost more), in three chunks
+    or more."""
     from asic_backend.ops import conv as conv_ops
     from asic_backend.sim import host_gemm
 
-    monkeypatch.setattr(conv_ops, "CHUNK_BYTES", 2 * 4 * math.prod(x_shape[1:]))  # 2 samples
+    monkeypatch.setattr(sim_conv, "CHUNK_BYTES", 2 * 4 * math.prod(x_shape[1:]))  # 2 samples
     pad = w_shape[-1] // 2
     x, w = torch.randn(x_shape), torch.randn(w_shape)
     args = ([1, 1], [pad] * 4, [1, 1], groups, False, [0, 0], True, device.key)
@@ -357,5 +359,5 @@ def test_chunks_are_taken_for_many_samples_of_few_macs_per_value_on_the_float32_
         assert device.snapshot().dut_ops == groups
         xb, _ = conv_ops._batched(x, w)
         geo = conv_ops._geometry(xb, w, *args[:6])
-        per_chunk = conv_ops._samples_per_chunk(geo)
+        per_chunk = sim_conv.samples_per_chunk(geo)
     assert -(-x_shape[0] // per_chunk) == chunks
