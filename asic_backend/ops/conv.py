@@ -207,8 +207,8 @@ def _dyn_conv_by_chunks(
     device: str,
     per_chunk: int,
 ) -> Tensor:
-    """:func:`dyn_conv`'s float32 result, ``per_chunk`` samples at a time:
-    the same values, since every step is per sample or per element."""
+    """:func:`dyn_conv`'s float32 result, ``per_chunk`` samples at a time: the same values,
+    since every step is per sample or per element."""
     y = rows.new_empty(geo.out_shape, dtype=torch.float32)
     spans = [(lo, min(lo + per_chunk, geo.batch)) for lo in range(0, geo.batch, per_chunk)]
     x_scales: list[Tensor] = []
