@@ -7,7 +7,7 @@ convolutions (:mod:`asic_backend.lower.conv`).
   accumulator of :func:`asic_backend.sim.device.run_conv_i32` scaled on the host:
   ``y = acc·(s_x[n]·s_w[c]) + b[c]`` in float32, rounded after each step. A large batch of a
   conv with few MACs per input value (depthwise) goes a chunk of samples at a time
-  (:func:`asic_backend.sim.conv.samples_per_chunk`), so its host passes run in the CPU's caches.
+  (:func:`asic_backend.sim.conv.sample_spans`), so its host passes run in the CPU's caches.
 * ``asic::qconv``: a PT2E ``dequantize → conv(·, dequantize(W)) [→ relu] [→ quantize]`` chain on
   the integer tensors, int8-out (requantized on the DUT) or scaled on the host.
 
@@ -32,7 +32,7 @@ from torch import Tensor
 from asic_backend.ops.library import dut_op
 from asic_backend.ops.linear import Pt2eOutput, pt2e_activation, qlinear_params, quantize_sym_rows
 from asic_backend.sim import numerics
-from asic_backend.sim.conv import ConvGeometry, conv_out_size, samples_per_chunk, takes_float32
+from asic_backend.sim.conv import ConvGeometry, conv_out_size, sample_spans, takes_float32
 from asic_backend.sim.device import (
     get_device,
     run_conv_i32,
@@ -181,15 +181,15 @@ def dyn_conv(
     if xb.numel() == 0:
         return _unbatched(xb.new_zeros(geo.out_shape), unbatched)
     rows = xb.reshape(geo.batch, -1)
-    # Where the host convolves in float32, a chunk at a time (sim.conv.samples_per_chunk).
-    per_chunk = samples_per_chunk(geo) if takes_float32(geo) else geo.batch
-    if per_chunk < geo.batch:
-        y = _dyn_conv_by_chunks(rows, xb.shape, w_q, w_scale, bias, geo, device, per_chunk)
+    float32 = takes_float32(geo)
+    # Where the host convolves in float32, a chunk of samples at a time (sim.conv.sample_spans).
+    if float32 and len(spans := sample_spans(geo)) > 1:
+        y = _dyn_conv_by_chunks(rows, xb.shape, w_q, w_scale, bias, geo, device, spans)
         return _unbatched(y.to(x.dtype), unbatched)
     # Where the host convolves in float32, the quantized values go to it as float32, in this
     # thread's reused buffer: no int8 tensor and conversion back, and no fresh pages to fault
     # in (the depthwise benchmark layer: 10.1 to 9.3 ms, one thread, AVX-512 host).
-    out = scratch(tuple(rows.shape), torch.float32) if takes_float32(geo) else None
+    out = scratch(tuple(rows.shape), torch.float32) if float32 else None
     x_q, x_scale = quantize_sym_rows(rows, out=out)
     acc = run_conv_i32(
         x_q.reshape(xb.shape), w_q, geo, device=get_device(device), allow_float32=True
@@ -205,12 +205,11 @@ def _dyn_conv_by_chunks(
     bias: Tensor | None,
     geo: ConvGeometry,
     device: str,
-    per_chunk: int,
+    spans: list[tuple[int, int]],
 ) -> Tensor:
-    """:func:`dyn_conv`'s float32 result, ``per_chunk`` samples at a time: the same values,
-    since every step is per sample or per element."""
+    """:func:`dyn_conv`'s float32 result, a span of samples at a time: the same values, since
+    every step is per sample or per element."""
     y = rows.new_empty(geo.out_shape, dtype=torch.float32)
-    spans = [(lo, min(lo + per_chunk, geo.batch)) for lo in range(0, geo.batch, per_chunk)]
     x_scales: list[Tensor] = []
 
     def quantized() -> Iterator[Tensor]:
@@ -226,8 +225,7 @@ def _dyn_conv_by_chunks(
     # Every chunk, to the generator's end: the device records the convolution after the last.
     for i, acc in enumerate(accs):
         lo, hi = spans[i]
-        scale = x_scales[i].reshape(-1, 1) * w_scale.reshape(1, -1)
-        _rescale(acc, scale.reshape(*scale.shape, *([1] * geo.spatial)), bias, out=y[lo:hi])
+        _rescale(acc, _scale(x_scales[i], w_scale, geo.spatial), bias, out=y[lo:hi])
     return y
 
 
@@ -241,9 +239,14 @@ def _scaled(
 ) -> Tensor:
     """``dyn_conv``'s result from its accumulator (given up to it) and the per-sample and
     per-channel scales: ``acc·(s_x[n]·s_w[c]) + b[c]``, as ``dtype``, contiguous."""
-    scale = x_scale.reshape(-1, 1) * w_scale.reshape(1, -1)  # [N, C_out], f32
-    y = _rescale(acc, scale.reshape(*scale.shape, *([1] * (acc.dim() - 2))), bias)
+    y = _rescale(acc, _scale(x_scale, w_scale, acc.dim() - 2), bias)
     return _unbatched(y.to(dtype), unbatched)
+
+
+def _scale(x_scale: Tensor, w_scale: Tensor, spatial: int) -> Tensor:
+    """``s_x[n]·s_w[c]``, float32 ``[N, C_out, 1, ...]``: broadcast over the spatial dims."""
+    scale = x_scale.reshape(-1, 1) * w_scale.reshape(1, -1)
+    return scale.reshape(*scale.shape, *([1] * spatial))
 
 
 def _batched(x: Tensor, w: Tensor) -> tuple[Tensor, bool]:

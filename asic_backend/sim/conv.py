@@ -43,6 +43,7 @@ __all__ = [
     "conv_out_size",
     "im2col",
     "per_dim",
+    "sample_spans",
     "samples_per_chunk",
     "takes_float32",
 ]
@@ -327,16 +328,50 @@ def conv_i32(
     numerics.check_acc_overflow(acc_overflow)
     zp = _sample_zp(a_zp, geo.batch)
     _check_conv_operands(x_q, w_q, bias_i32, geo, zp)
+    if not isinstance(zp, torch.Tensor) and _takes_int_mm(geo):
+        return _int_mm_conv(x_q, w_q, geo, zp, bias_i32, acc_overflow)
     has_zp = isinstance(zp, torch.Tensor) or zp != 0
     max_x = 255 if has_zp else 128
     bound = geo.reduction * max_x * 128 + (_abs_max(bias_i32) if bias_i32 is not None else 0)
+    spans = sample_spans(geo)
+    if len(spans) == 1:
+        return _float_path(x_q, w_q, geo, zp, bias_i32, max_x, bound, acc_overflow, allow_float32)
+    # Each chunk on the batch's bounds, so every chunk takes the same path and dtype; copied
+    # into the result while still in the caches.
+    out: torch.Tensor | None = None
+    for lo, hi in spans:
+        part = _float_path(
+            x_q[lo:hi],
+            w_q,
+            dataclasses.replace(geo, batch=hi - lo),
+            zp[lo:hi] if isinstance(zp, torch.Tensor) else zp,
+            bias_i32,
+            max_x,
+            bound,
+            acc_overflow,
+            allow_float32,
+        )
+        if out is None:
+            out = part.new_empty(geo.out_shape)
+        out[lo:hi] = part
+    assert out is not None
+    return out
+
+
+def _float_path(
+    x_q: torch.Tensor,
+    w_q: torch.Tensor,
+    geo: ConvGeometry,
+    zp: int | torch.Tensor,
+    bias_i32: torch.Tensor | None,
+    max_x: int,
+    bound: int,
+    acc_overflow: AccOverflow,
+    allow_float32: bool,
+) -> torch.Tensor:
+    """:func:`conv_i32` off ``_int_mm``, its operands checked: float convolutions of the int8
+    values, exact below ``bound`` (the largest |sum| with the bias)."""
     fits_int32 = bound <= numerics.INT32_MAX
-    if not isinstance(zp, torch.Tensor) and _takes_int_mm(geo):
-        return _int_mm_conv(x_q, w_q, geo, zp, bias_i32, acc_overflow)
-    per_chunk = samples_per_chunk(geo)
-    if per_chunk < geo.batch:
-        chunk = (zp, bias_i32, acc_overflow, allow_float32, per_chunk)
-        return _conv_i32_by_chunks(x_q, w_q, geo, *chunk)
     slices = _float32_slices(geo, max_x)
     if len(slices) > 1:
         exact = _sliced_float32_conv(x_q, w_q, geo, zp, slices, fits_int32)
@@ -357,37 +392,6 @@ def conv_i32(
     if fits_int32:
         return exact.to(torch.int32).contiguous()
     return numerics.narrow_i32(exact.to(torch.int64), acc_overflow).contiguous()
-
-
-def _conv_i32_by_chunks(
-    x_q: torch.Tensor,
-    w_q: torch.Tensor,
-    geo: ConvGeometry,
-    zp: int | torch.Tensor,
-    bias_i32: torch.Tensor | None,
-    acc_overflow: AccOverflow,
-    allow_float32: bool,
-    per_chunk: int,
-) -> torch.Tensor:
-    """:func:`conv_i32` of ``per_chunk`` samples at a time, each copied into the result while
-    still in the caches (:func:`samples_per_chunk`)."""
-    out: torch.Tensor | None = None
-    for lo in range(0, geo.batch, per_chunk):
-        hi = min(lo + per_chunk, geo.batch)
-        part = conv_i32(
-            x_q[lo:hi],
-            w_q,
-            dataclasses.replace(geo, batch=hi - lo),
-            a_zp=zp[lo:hi] if isinstance(zp, torch.Tensor) else zp,
-            bias_i32=bias_i32,
-            acc_overflow=acc_overflow,
-            allow_float32=allow_float32,
-        )
-        if out is None:  # int32, or float32 where allowed: the same for every chunk
-            out = part.new_empty(geo.out_shape)
-        out[lo:hi] = part
-    assert out is not None
-    return out
 
 
 def takes_float32(geo: ConvGeometry, a_zp: int | torch.Tensor = 0) -> bool:
@@ -432,6 +436,15 @@ def samples_per_chunk(geo: ConvGeometry) -> int:
     ):
         return geo.batch
     return per_chunk
+
+
+def sample_spans(geo: ConvGeometry) -> list[tuple[int, int]]:
+    """The ``[lo, hi)`` ranges of ``geo``'s samples the host convolves one after another
+    (:func:`samples_per_chunk`): one range for the whole batch, or consecutive chunks."""
+    step = samples_per_chunk(geo)
+    if step >= geo.batch:
+        return [(0, geo.batch)]
+    return [(lo, min(lo + step, geo.batch)) for lo in range(0, geo.batch, step)]
 
 
 def _takes_int_mm(geo: ConvGeometry) -> bool:
