@@ -101,9 +101,33 @@ def quantize_rows(
     adds nothing; passing None rather than zeros spares a pass and a host sync per call.
     ``consume``: ``x`` (float32) is the caller's to give up, and is worked on in place. ``out``:
     a float32 tensor shaped as ``x`` that receives the same values instead, for a host kernel
-    that computes in float32 (the int8 tensor and its conversion back would be two passes)."""
+    that computes in float32 (the int8 tensor and its conversion back would be two passes).
+
+    A large ``x`` goes a chunk of rows at a time (:func:`asic_backend.sim.numerics.row_spans`):
+    the same values, with each step after a chunk's first reading it from the CPU's caches."""
     # torch computes 1.0 / scale as reciprocal(scale) * 1.0: the same values, one kernel fewer.
     recip = torch.reciprocal(scale)
+    chunks = numerics.row_spans(x.shape[0], x.shape[1])
+    if len(chunks) == 1:
+        return _quantize_block(x, recip, zp, qmin, qmax, consume=consume, out=out)
+    q = _RowChunks(x, torch.result_type(x, recip), consume=consume, out=out)
+    for lo, hi in chunks:
+        rows = _rows(recip, lo, hi), None if zp is None else _rows(zp, lo, hi)
+        q.put(lo, hi, _quantize_block(x[lo:hi], *rows, qmin, qmax, **q.target(lo, hi)))
+    return q.result
+
+
+def _quantize_block(
+    x: Tensor,
+    recip: Tensor,
+    zp: Tensor | None,
+    qmin: int,
+    qmax: int,
+    *,
+    consume: bool = False,
+    out: Tensor | None = None,
+) -> Tensor:
+    """:func:`quantize_rows` of one block of rows, given ``1/scale``."""
     if out is not None:
         q = torch.mul(x, recip, out=out)
     else:
@@ -113,6 +137,41 @@ def quantize_rows(
         q.add_(zp)
     q.clamp_(qmin, qmax)
     return q if out is not None else q.to(torch.int8)
+
+
+def _rows(t: Tensor, lo: int, hi: int) -> Tensor:
+    """Rows ``[lo, hi)`` of a per-row ``[M, 1]`` operand, or a per-tensor ``[1, 1]`` one."""
+    return numerics.row_slice(t, lo, hi, 2)  # type: ignore[return-value]
+
+
+class _RowChunks:
+    """The result of a quantization that goes a chunk of rows at a time
+    (:func:`asic_backend.sim.numerics.row_spans`): each chunk is worked on where
+    :func:`_quantize_block` would put it (``x``'s own rows to consume, ``out``'s, or one reused
+    scratch of a chunk's size, in the dtype ``x · (1/scale)`` has) and lands in the int8 result
+    (the values are integers: the conversion is exact), or stays in ``out``."""
+
+    def __init__(
+        self, x: Tensor, work_dtype: torch.dtype, *, consume: bool, out: Tensor | None
+    ) -> None:
+        self._x, self._out, self._work_dtype = x, out, work_dtype
+        self._in_place = consume and x.dtype == torch.float32
+        self.result = out if out is not None else torch.empty(x.shape, dtype=torch.int8)
+        self._scratch: Tensor | None = None
+
+    def target(self, lo: int, hi: int) -> dict[str, Any]:
+        """The keywords of :func:`_quantize_block` for rows ``[lo, hi)``."""
+        if self._out is not None:
+            return {"out": self._out[lo:hi]}
+        if self._in_place:
+            return {"out": self._x[lo:hi]}
+        if self._scratch is None:  # the first chunk is the largest
+            self._scratch = torch.empty((hi - lo, self._x.shape[1]), dtype=self._work_dtype)
+        return {"out": self._scratch[: hi - lo]}
+
+    def put(self, lo: int, hi: int, q: Tensor) -> None:
+        if self._out is None:
+            self.result[lo:hi].copy_(q)
 
 
 #: From this many elements on, :func:`quantize_sym_rows` takes ``max(amax, -amin)`` for ``max |x|``
@@ -134,21 +193,42 @@ def quantize_sym_rows(
     It runs on every call of every dynamic layer, so it takes the fewest kernels that give
     :func:`choose_qparams_rows`' values exactly: ``max(|x|)`` is ``max(-min(x, 0), max(x, 0))``
     (``abs`` is exact), computed in ``x``'s dtype as TorchAO does, and nothing reads the data on
-    the host, so it also traces (and fuses under Inductor) without a graph break.
+    the host, so it also traces (and fuses under Inductor) without a graph break. A large ``x``
+    goes by chunks of rows as in :func:`quantize_rows`, each with its own rows' scales, so
+    the whole quantization reads ``x`` from memory once.
     """
+    chunks = numerics.row_spans(x.shape[0], x.shape[1])
+    if len(chunks) == 1:
+        scale = _sym_scale(x)
+        recip = torch.reciprocal(scale)
+        return _quantize_block(x, recip, None, INT8_MIN, INT8_MAX, consume=consume, out=out), scale
+    q = _RowChunks(x, torch.float32, consume=consume, out=out)
+    scales = []
+    for lo, hi in chunks:
+        x_rows = x[lo:hi]
+        scales.append(_sym_scale(x_rows))
+        recip = torch.reciprocal(scales[-1])
+        q.put(lo, hi, _quantize_block(x_rows, recip, None, INT8_MIN, INT8_MAX, **q.target(lo, hi)))
+    return q.result, torch.cat(scales)
+
+
+def _sym_scale(x: Tensor) -> Tensor:
+    """:func:`quantize_sym_rows`' float32 scales ``[rows, 1]`` of a 2-D ``x``."""
     if x.shape[-1] == 1:
-        scale = torch.clamp(x.abs().to(torch.float32) / INT8_MAX, min=F32_EPS)
+        return torch.clamp(x.abs().to(torch.float32) / INT8_MAX, min=F32_EPS)
+    # amax is a fresh tensor: the steps on it are in place (one allocation, not three).
+    numel = x.numel()
+    if (
+        type(numel) is int
+        and numel >= TWO_REDUCTIONS_MIN_NUMEL
+        and not torch.compiler.is_compiling()
+    ):
+        # Two reads of x instead of abs's read, write and read: half the time at 512×2048.
+        scale = torch.maximum(x.amax(dim=-1, keepdim=True), x.amin(dim=-1, keepdim=True).neg_())
     else:
-        # amax is a fresh tensor: the steps on it are in place (one allocation, not three).
-        if not torch.compiler.is_compiling() and x.numel() >= TWO_REDUCTIONS_MIN_NUMEL:
-            # Two reads of x instead of abs's read, write and read: half the time at 512×2048.
-            scale = torch.maximum(x.amax(dim=-1, keepdim=True), x.amin(dim=-1, keepdim=True).neg_())
-        else:
-            scale = x.abs().amax(dim=-1, keepdim=True)
-        scale = scale.div_(float(INT8_MAX - INT8_MIN) / 2).clamp_(min=F32_EPS)
-        if scale.dtype != torch.float32:
-            scale = scale.to(torch.float32)
-    return quantize_rows(x, scale, None, INT8_MIN, INT8_MAX, consume=consume, out=out), scale
+        scale = x.abs().amax(dim=-1, keepdim=True)
+    scale = scale.div_(float(INT8_MAX - INT8_MIN) / 2).clamp_(min=F32_EPS)
+    return scale if scale.dtype == torch.float32 else scale.to(torch.float32)
 
 
 def _quantize_weight(w: Tensor, transposed: bool) -> tuple[Tensor, Tensor]:

@@ -406,13 +406,13 @@ def takes_float32(geo: ConvGeometry, a_zp: int | torch.Tensor = 0) -> bool:
     return bool(_float32_slices(geo, 128))
 
 
-#: Where the host convolves in float32, a large batch goes in chunks of samples of about this many
-#: bytes of float32 input, each through every host pass before the next (converted or quantized,
-#: convolved, given its bias or rescaled): a pass then reads what the last one left in the CPU's
-#: caches, where passes over a whole large batch each read it from memory. Chunks of one 1.6 MB
-#: sample did as well as chunks of two or better (figures here: batches of 8, one thread,
-#: AVX-512 host).
-CHUNK_BYTES = 2 << 20
+# Where the host convolves in float32, a large batch goes in chunks of samples of about
+# numerics.CHUNK_BYTES of float32 input, each through every host pass before the next (converted
+# or quantized, convolved, given its bias or rescaled): a pass then reads what the last one left
+# in the CPU's caches, where passes over a whole large batch each read it from memory. Chunks of
+# one 1.6 MB sample did as well as chunks of two or better (figures here: batches of 8, one
+# thread, AVX-512 host).
+CHUNK_BYTES = numerics.CHUNK_BYTES
 #: ... only for a convolution of at most this many MACs per input value (a depthwise 3x3 has 9, a
 #: dense 3x3 of 64 channels 576), where the memory passes are most of its time: 8×128×56×56
 #: depthwise, 9.0 to 7.7 ms (26.5 to 7.1 with glibc's default of returning freed memory); a
@@ -441,10 +441,7 @@ def samples_per_chunk(geo: ConvGeometry) -> int:
 def sample_spans(geo: ConvGeometry) -> list[tuple[int, int]]:
     """The ``[lo, hi)`` ranges of ``geo``'s samples the host convolves one after another
     (:func:`samples_per_chunk`): one range for the whole batch, or consecutive chunks."""
-    step = samples_per_chunk(geo)
-    if step >= geo.batch:
-        return [(0, geo.batch)]
-    return [(lo, min(lo + step, geo.batch)) for lo in range(0, geo.batch, step)]
+    return numerics.spans(geo.batch, samples_per_chunk(geo))
 
 
 def _takes_int_mm(geo: ConvGeometry) -> bool:

@@ -89,11 +89,12 @@ def kernel() -> str:
     a ``ValueError`` naming the allowed values."""
     if _forced:
         return _forced[-1]
-    return _from_env(os.environ.get(ENV_VAR, "auto").strip().lower() or "auto")
+    return _from_env(os.environ.get(ENV_VAR, "auto"))
 
 
 @functools.cache
-def _from_env(value: str) -> str:
+def _from_env(raw: str) -> str:
+    value = raw.strip().lower() or "auto"
     if value == "auto":
         return "int_mm" if has_int8_unit() else "float32"
     if value not in KERNELS:
@@ -427,13 +428,15 @@ def _columns(w_q: torch.Tensor) -> torch.Tensor:
     128 (2048 to 8192 wide, AVX-512 VNNI, one or two threads); at M = 1 its GEMV kernel wants
     ``[N, K]``, 3x to 5x faster, so a single row keeps the transposed view. Without a stamp
     (an inference tensor) a copy per call would cost more than it saves: the view, then."""
-    columns = w_q.t()
-    if _is_row_major(columns):  # w_q is a view of a [K, N] already: nothing to keep (a kept
-        return columns  # view of the key would keep the key alive in the weak-keyed cache)
+    # w_q.t() is row-major (w_q a view of a [K, N] already): nothing to keep (a kept view of the
+    # key would keep the key alive in the weak-keyed cache). Read off w_q's strides: the view
+    # is one more dispatch, which a cached copy does not need.
+    if w_q.stride(0) == 1 and w_q.stride(1) >= w_q.shape[0]:
+        return w_q.t()
     version = stamp(w_q)
     if version is None:
         return _row_major(w_q).t()
-    return _weight_copies["columns"].get(w_q, version, lambda: _row_major(columns.contiguous()))
+    return _weight_copies["columns"].get(w_q, version, lambda: _row_major(w_q.t().contiguous()))
 
 
 def _rows(w_q: torch.Tensor) -> torch.Tensor:

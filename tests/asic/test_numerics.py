@@ -413,6 +413,60 @@ def test_dequantize_acc_in_place_equals_the_plain_formula(
     assert torch.equal(out.view(torch.int32), expected.view(torch.int32))
 
 
+def test_a_pass_goes_by_chunks_of_rows_only_past_the_last_level_of_cache() -> None:
+    chunk_rows = numerics.CHUNK_BYTES // (4 * 2048)
+    below = numerics.CHUNKED_MIN_BYTES // (4 * 2048) - 1
+    assert numerics.row_spans(below, 2048) == [(0, below)]
+    rows = numerics.CHUNKED_MIN_BYTES // (4 * 2048) + 3
+    chunks = numerics.row_spans(rows, 2048)
+    assert [hi - lo for lo, hi in chunks[:-1]] == [chunk_rows] * (len(chunks) - 1)
+    assert chunks[0][0] == 0
+    assert chunks[-1][1] == rows
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(chunks))
+    # A row longer than a chunk is a chunk of its own.
+    long_row = numerics.CHUNK_BYTES // 4 + 1
+    assert numerics.row_spans(8, long_row) == [(i, i + 1) for i in range(8)]
+    # While tracing the pass is whole: the compiler fuses it.
+    with mock.patch.object(torch.compiler, "is_compiling", return_value=True):
+        assert numerics.row_spans(rows, 2048) == [(0, rows)]
+
+
+@pytest.fixture
+def chunked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every host pass by chunks of rows, of 3 rows of 37 values (and fewer at the end)."""
+    monkeypatch.setattr(numerics, "CHUNKED_MIN_BYTES", 0)
+    monkeypatch.setattr(numerics, "CHUNK_BYTES", 3 * 37 * 4)
+    monkeypatch.setattr(numerics, "CAST_FIRST_MIN_NUMEL", 1)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize(
+    "form", ["int32", "int32 consumed", "float32", "batched"], ids=lambda f: f.replace(" ", "-")
+)
+def test_scale_acc_by_chunks_of_rows_is_the_whole_formula(
+    chunked: None, form: str, bias: bool
+) -> None:
+    """Bit for bit, each operand's rows with their own accumulator rows: a per-row scale, a
+    batch's scales (attention's ``[B, M, 1]`` by ``[B, 1, N]``), and ones that broadcast."""
+    g = torch.Generator().manual_seed(1)
+    shape = (11, 5, 37) if form == "batched" else (11, 37)
+    acc = torch.randint(-(2**31), 2**31 - 1, shape, dtype=torch.int32, generator=g)
+    if form == "float32":
+        acc = acc.to(torch.float32)
+    a_scale = torch.rand(*shape[:-1], 1, generator=g)
+    b_scale = torch.rand(11, 1, 37, generator=g) if form == "batched" else torch.rand(1, 37)
+    b = torch.randn(37, generator=g) if bias else None
+    expected = (acc.to(torch.float32) * a_scale) * b_scale
+    if b is not None:
+        expected = expected + b
+    consume = form != "int32"
+    address = acc.data_ptr()
+    out = numerics.scale_acc(acc, a_scale, b_scale, bias=b, consume=consume)
+    assert torch.equal(out.view(torch.int32), expected.view(torch.int32))
+    # A consumed accumulator (and a float32 one) is scaled in its own memory.
+    assert (out.data_ptr() == address) == consume
+
+
 # -- bad input: one clear line ----------------------------------------------------------------
 
 A = torch.zeros(2, 3, dtype=torch.int8)

@@ -13,6 +13,7 @@ import asic_backend.lower.accounting
 import asic_backend.ops.attention
 import asic_backend.ops.conv  # noqa: F401  (the asic:: ops checked here)
 from asic_backend.ops import linear as quant_ops
+from asic_backend.sim import numerics
 from asic_backend.sim.device import Device, HostFallback, HostFallbackStats, get_device
 
 ops = torch.ops.asic
@@ -199,6 +200,83 @@ def test_activation_quantization_is_torchao_bit_exact(
     assert torch.equal(scale_t, ref_scale.reshape(m, 1))
     assert torch.equal(zp, ref_zp.reshape(m, 1).to(torch.int32))
     assert torch.equal(q, ref_q)
+
+
+def _by_chunks_of_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every host pass by chunks of 3 rows of 37 values (fewer at the end)."""
+    monkeypatch.setattr(numerics, "CHUNKED_MIN_BYTES", 0)
+    monkeypatch.setattr(numerics, "CHUNK_BYTES", 3 * 37 * 4)
+    monkeypatch.setattr(numerics, "CAST_FIRST_MIN_NUMEL", 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("form", ["new", "consume", "out", "one value a row"])
+def test_symmetric_quantization_by_chunks_of_rows_is_the_whole_ones(
+    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, form: str
+) -> None:
+    """Bit for bit, each chunk's rows with their own scales, into the int8 result, the caller's
+    ``out`` or (consumed) ``x``; a row of all zeros takes the eps scale in either form."""
+    g = torch.Generator().manual_seed(2)
+    x = (torch.randn(11, 1 if form == "one value a row" else 37, generator=g) * 40).to(dtype)
+    x[4] = 0.0
+
+    def run() -> tuple[torch.Tensor, ...]:
+        work = x.clone()
+        out = torch.empty(work.shape) if form == "out" else None
+        q, scale = quant_ops.quantize_sym_rows(work, consume=form == "consume", out=out)
+        assert q is out or out is None
+        return q, scale, work
+
+    whole = run()
+    _by_chunks_of_rows(monkeypatch)
+    for got, want in zip(run(), whole, strict=True):
+        assert got.dtype == want.dtype
+        assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("per_token", [True, False])
+@pytest.mark.parametrize("scale_dtype", [torch.float32, None], ids=["f32-scale", "bf16-scale"])
+def test_torchao_quantization_by_chunks_of_rows_is_the_whole_ones(
+    monkeypatch: pytest.MonkeyPatch,
+    symmetric: bool,
+    per_token: bool,
+    scale_dtype: torch.dtype | None,
+) -> None:
+    """``quantize_rows`` as ``asic::dyn_qlinear`` calls it: per-row or per-tensor scales and
+    zero points (sliced, or broadcast, per chunk), in bfloat16 where TorchAO keeps the scale in
+    the input's dtype, and PT2E's uint8 range."""
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(11, 37, generator=g) * 3 + 1).to(torch.bfloat16)
+    qmin, qmax = (-128, 127) if symmetric else (0, 255)
+    scale, zp = quant_ops.choose_qparams_rows(
+        x,
+        symmetric=symmetric,
+        qmin=qmin,
+        qmax=qmax,
+        scale_dtype=scale_dtype,
+        per_tensor=not per_token,
+    )
+    whole = quant_ops.quantize_rows(x, scale, None if symmetric else zp, qmin, qmax)
+    _by_chunks_of_rows(monkeypatch)
+    chunked = quant_ops.quantize_rows(x, scale, None if symmetric else zp, qmin, qmax)
+    assert chunked.dtype == torch.int8
+    assert torch.equal(chunked, whole)
+
+
+def test_a_linear_by_chunks_of_rows_gives_the_same_bits_and_counts(
+    monkeypatch: pytest.MonkeyPatch, device: Device
+) -> None:
+    g = torch.Generator().manual_seed(4)
+    x, w, b = (torch.randn(*shape, generator=g) for shape in ((2, 11, 37), (13, 37), (13,)))
+    whole = ops.dyn_linear(x, w, b, False, False, device.key)
+    counts = device.snapshot()
+    device.reset()
+    _by_chunks_of_rows(monkeypatch)
+    chunked = ops.dyn_linear(x, w, b, False, False, device.key)
+    assert torch.equal(chunked, whole)
+    assert device.snapshot() == counts
+    assert counts.dut_ops == 1
 
 
 # -- the float path: weight cache ---------------------------------------------------------------
