@@ -105,16 +105,15 @@ def quantize_rows(
 
     A large ``x`` goes a chunk of rows at a time (:func:`asic_backend.sim.numerics.row_spans`):
     the same values, with each step after a chunk's first reading it from the CPU's caches."""
-    # torch computes 1.0 / scale as reciprocal(scale) * 1.0: the same values, one kernel fewer.
-    recip = torch.reciprocal(scale)
     chunks = numerics.row_spans(x.shape[0], x.shape[1])
     if len(chunks) == 1:
+        # torch computes 1.0 / scale as reciprocal(scale) * 1.0: the same values, one kernel fewer.
+        recip = torch.reciprocal(scale)
         return _quantize_block(x, recip, zp, qmin, qmax, consume=consume, out=out)
-    q = _RowChunks(x, torch.result_type(x, recip), consume=consume, out=out)
-    for lo, hi in chunks:
-        rows = _rows(recip, lo, hi), None if zp is None else _rows(zp, lo, hi)
-        q.put(lo, hi, _quantize_block(x[lo:hi], *rows, qmin, qmax, **q.target(lo, hi)))
-    return q.result
+    q, _ = _quantize_by_chunks(
+        x, chunks, lambda lo, hi: _rows(scale, lo, hi), zp, qmin, qmax, consume=consume, out=out
+    )
+    return q
 
 
 def _quantize_block(
@@ -144,34 +143,44 @@ def _rows(t: Tensor, lo: int, hi: int) -> Tensor:
     return numerics.row_slice(t, lo, hi, 2)  # type: ignore[return-value]
 
 
-class _RowChunks:
-    """The result of a quantization that goes a chunk of rows at a time
-    (:func:`asic_backend.sim.numerics.row_spans`): each chunk is worked on where
-    :func:`_quantize_block` would put it (``x``'s own rows to consume, ``out``'s, or one reused
-    scratch of a chunk's size, in the dtype ``x · (1/scale)`` has) and lands in the int8 result
-    (the values are integers: the conversion is exact), or stays in ``out``."""
-
-    def __init__(
-        self, x: Tensor, work_dtype: torch.dtype, *, consume: bool, out: Tensor | None
-    ) -> None:
-        self._x, self._out, self._work_dtype = x, out, work_dtype
-        self._in_place = consume and x.dtype == torch.float32
-        self.result = out if out is not None else torch.empty(x.shape, dtype=torch.int8)
-        self._scratch: Tensor | None = None
-
-    def target(self, lo: int, hi: int) -> dict[str, Any]:
-        """The keywords of :func:`_quantize_block` for rows ``[lo, hi)``."""
-        if self._out is not None:
-            return {"out": self._out[lo:hi]}
-        if self._in_place:
-            return {"out": self._x[lo:hi]}
-        if self._scratch is None:  # the first chunk is the largest
-            self._scratch = torch.empty((hi - lo, self._x.shape[1]), dtype=self._work_dtype)
-        return {"out": self._scratch[: hi - lo]}
-
-    def put(self, lo: int, hi: int, q: Tensor) -> None:
-        if self._out is None:
-            self.result[lo:hi].copy_(q)
+def _quantize_by_chunks(
+    x: Tensor,
+    chunks: list[tuple[int, int]],
+    scale_of: Callable[[int, int], Tensor],
+    zp: Tensor | None,
+    qmin: int,
+    qmax: int,
+    *,
+    consume: bool,
+    out: Tensor | None,
+) -> tuple[Tensor, list[Tensor]]:
+    """:func:`quantize_rows` a chunk of rows at a time (:func:`numerics.row_spans`), with
+    ``scale_of(lo, hi)`` the scales of rows ``[lo, hi)``; returns the result and each chunk's
+    scales. A chunk is worked on where :func:`_quantize_block` would put it (``x``'s own rows
+    to consume, ``out``'s, or one reused scratch of a chunk's size in the dtype
+    ``x · (1/scale)`` has) and lands in the int8 result (its values are integers: exact), or
+    stays in ``out``."""
+    q = out if out is not None else torch.empty(x.shape, dtype=torch.int8)
+    in_place = consume and x.dtype == torch.float32
+    scratch: Tensor | None = None
+    scales = []
+    for lo, hi in chunks:
+        scales.append(scale_of(lo, hi))
+        if out is not None:
+            work = out[lo:hi]
+        elif in_place:
+            work = x[lo:hi]
+        else:
+            if scratch is None:  # the first chunk is the largest
+                dtype = torch.result_type(x, scales[-1])
+                scratch = torch.empty((hi - lo, x.shape[1]), dtype=dtype)
+            work = scratch[: hi - lo]
+        zp_rows = None if zp is None else _rows(zp, lo, hi)
+        recip = torch.reciprocal(scales[-1])
+        block = _quantize_block(x[lo:hi], recip, zp_rows, qmin, qmax, out=work)
+        if out is None:
+            q[lo:hi].copy_(block)
+    return q, scales
 
 
 #: From this many elements on, :func:`quantize_sym_rows` takes ``max(amax, -amin)`` for ``max |x|``
@@ -202,14 +211,17 @@ def quantize_sym_rows(
         scale = _sym_scale(x)
         recip = torch.reciprocal(scale)
         return _quantize_block(x, recip, None, INT8_MIN, INT8_MAX, consume=consume, out=out), scale
-    q = _RowChunks(x, torch.float32, consume=consume, out=out)
-    scales = []
-    for lo, hi in chunks:
-        x_rows = x[lo:hi]
-        scales.append(_sym_scale(x_rows))
-        recip = torch.reciprocal(scales[-1])
-        q.put(lo, hi, _quantize_block(x_rows, recip, None, INT8_MIN, INT8_MAX, **q.target(lo, hi)))
-    return q.result, torch.cat(scales)
+    q, scales = _quantize_by_chunks(
+        x,
+        chunks,
+        lambda lo, hi: _sym_scale(x[lo:hi]),
+        None,
+        INT8_MIN,
+        INT8_MAX,
+        consume=consume,
+        out=out,
+    )
+    return q, torch.cat(scales)
 
 
 def _sym_scale(x: Tensor) -> Tensor:

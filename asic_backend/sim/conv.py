@@ -412,11 +412,11 @@ def takes_float32(geo: ConvGeometry, a_zp: int | torch.Tensor = 0) -> bool:
 # in the CPU's caches, where passes over a whole large batch each read it from memory. Chunks of
 # one 1.6 MB sample did as well as chunks of two or better (figures here: batches of 8, one
 # thread, AVX-512 host).
-CHUNK_BYTES = numerics.CHUNK_BYTES
-#: ... only for a convolution of at most this many MACs per input value (a depthwise 3x3 has 9, a
-#: dense 3x3 of 64 channels 576), where the memory passes are most of its time: 8×128×56×56
-#: depthwise, 9.0 to 7.7 ms (26.5 to 7.1 with glibc's default of returning freed memory); a
-#: pointwise 256 -> 256, even; the dense 3x3, 4% slower, in oneDNN calls on fewer rows.
+#: A batch goes by chunks only for a convolution of at most this many MACs per input value (a
+#: depthwise 3x3 has 9, a dense 3x3 of 64 channels 576), where the memory passes are most of its
+#: time: 8×128×56×56 depthwise, 9.0 to 7.7 ms (26.5 to 7.1 with glibc's default of returning
+#: freed memory); a pointwise 256 -> 256, even; the dense 3x3, 4% slower, in oneDNN calls on
+#: fewer rows.
 CHUNK_MAX_MACS_PER_VALUE = 256
 #: ... and in at least this many chunks: a batch of two fits the caches whole (8×128×28×28
 #: depthwise, 3.2 MB: 1.29 ms whole, 1.51 in two chunks).
@@ -425,10 +425,11 @@ CHUNK_MIN_CHUNKS = 3
 
 def samples_per_chunk(geo: ConvGeometry) -> int:
     """How many of ``geo``'s samples the host convolves at a time: a chunk of about
-    :data:`CHUNK_BYTES` where the conditions above hold and the host's kernel does not take
-    ``geo`` to ``torch._int_mm`` (one GEMM over the im2col matrix), else the whole batch."""
+    :data:`asic_backend.sim.numerics.CHUNK_BYTES` where the conditions above hold and the host's
+    kernel does not take ``geo`` to ``torch._int_mm`` (one GEMM over the im2col matrix), else
+    the whole batch."""
     values = geo.in_channels * math.prod(geo.in_size)
-    per_chunk = max(1, CHUNK_BYTES // (4 * values))
+    per_chunk = max(1, numerics.CHUNK_BYTES // (4 * values))
     if (
         _takes_int_mm(geo)
         or geo.macs > CHUNK_MAX_MACS_PER_VALUE * geo.batch * values

@@ -762,7 +762,7 @@ def test_conv_i32_by_chunks_of_samples_gives_the_whole_batchs_values(
     bias_i32 = None if bias is None else torch.linspace(-bias, bias, geo.out_channels).int()
     args: dict[str, Any] = {"a_zp": a_zp, "bias_i32": bias_i32, "acc_overflow": overflow}
     whole = conv_i32(x, w, geo, **args)
-    monkeypatch.setattr(conv, "CHUNK_BYTES", 1)
+    monkeypatch.setattr(numerics, "CHUNK_BYTES", 1)
     # Whole where the geometry goes to _int_mm (per-sample zero-points then take the float path).
     assert conv.samples_per_chunk(geo) == (geo.batch if conv._takes_int_mm(geo) else 1)
     assert torch.equal(conv_i32(x, w, geo, **args), whole)

@@ -17,6 +17,7 @@ from torch import nn
 
 from asic_backend import make_backend
 from asic_backend.sim import conv as sim_conv
+from asic_backend.sim import numerics
 from asic_backend.sim.conv import ConvGeometry
 from asic_backend.sim.cycles import conv_cost
 from asic_backend.sim.device import Device
@@ -311,7 +312,7 @@ def test_a_batch_in_chunks_of_samples_gives_the_same_bits_and_counts(
     whole = conv_ops.dyn_conv(*args)
     counted = device.snapshot()
     device.reset()
-    monkeypatch.setattr(sim_conv, "CHUNK_BYTES", 2 * 4 * math.prod(x_shape[1:]))  # 2 samples
+    monkeypatch.setattr(numerics, "CHUNK_BYTES", 2 * 4 * math.prod(x_shape[1:]))  # 2 samples
     run = mock.patch.object(
         conv_ops, "run_conv_i32_by_chunks", wraps=conv_ops.run_conv_i32_by_chunks
     )
@@ -350,7 +351,7 @@ def test_chunks_are_taken_for_many_samples_of_few_macs_per_value_on_the_float32_
     from asic_backend.ops import conv as conv_ops
     from asic_backend.sim import host_gemm
 
-    monkeypatch.setattr(sim_conv, "CHUNK_BYTES", 2 * 4 * math.prod(x_shape[1:]))  # 2 samples
+    monkeypatch.setattr(numerics, "CHUNK_BYTES", 2 * 4 * math.prod(x_shape[1:]))  # 2 samples
     pad = w_shape[-1] // 2
     x, w = torch.randn(x_shape), torch.randn(w_shape)
     args = ([1, 1], [pad] * 4, [1, 1], groups, False, [0, 0], True, device.key)
