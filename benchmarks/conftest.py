@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from asic_backend.sim import host_gemm
+from asic_backend.sim import host_gemm, host_passes
 from tests.accounting import checking_every_graph
 
 DUT_PRESET = "default"  # the DUT row of the ratios (every preset runs the same host code)
@@ -122,18 +122,29 @@ def ratio_table(rows: dict[str, Row]) -> list[str]:
     """Markdown: one line per group and host GEMM kernel that has all three wall times.
 
     Interleaved runs name their variants per kernel (``gemm@float32``, ``dut@float32``,
-    ``dut_inductor@float32``: the DUT with that kernel forced, and the kernel alone on the same
-    int8 operands); separately timed runs have ``int_mm`` (raw ``torch._int_mm``), ``dut`` and
-    ``dut_inductor`` with this host's own kernel.
+    ``dut_aten@float32``, ``dut_inductor@float32``: the DUT with that kernel forced, with the
+    aten kernels' host passes instead of the native ones, compiled with ``host="inductor"``, and
+    the kernel alone on the same int8 operands); separately timed runs have ``int_mm`` (raw
+    ``torch._int_mm``), ``dut`` and ``dut_inductor`` with this host's own kernel.
     """
     presets = sorted({p for row in rows.values() for p in row.sim_s})
+    per_kernel = {group: _per_kernel(row) for group, row in rows.items()}
+    aten = any("dut_aten" in t for timed in per_kernel.values() for _, t in timed)
     head = ["layer (M×K×N)", "host GEMM", "fp32 ms", "GEMM ms", "DUT ms", "DUT/fp32", "DUT/GEMM"]
+    head += ["DUT aten ms", "DUT aten/GEMM"] if aten else []
     head += ["DUT ind ms", "DUT ind/GEMM", *(f"sim {p} µs" for p in presets)]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for group, row in rows.items():
-        for kernel, t in _per_kernel(row):
+        for kernel, t in per_kernel[group]:
             cells = [group, kernel, *(_number(t[v] * 1e3) for v in ("fp32", "gemm", "dut"))]
             cells += [f"{t['dut'] / t['fp32']:.2f}", over_gemm(t["dut"] / t["gemm"])]
+            if aten:
+                dut_aten = t.get("dut_aten")
+                cells += (
+                    [_number(dut_aten * 1e3), over_gemm(dut_aten / t["gemm"])]
+                    if dut_aten
+                    else ["-", "-"]
+                )
             ind = t.get("dut_inductor")
             cells += [_number(ind * 1e3), over_gemm(ind / t["gemm"])] if ind else ["-", "-"]
             cells += [_number(row.sim_s[p] * 1e6) if p in row.sim_s else "-" for p in presets]
@@ -155,9 +166,7 @@ def _per_kernel(row: Row) -> list[tuple[str, dict[str, float]]]:
                     "fp32": t["fp32"],
                     "gemm": t[f"gemm@{k}"],
                     "dut": t[f"dut@{k}"],
-                    **(
-                        {"dut_inductor": t[f"dut_inductor@{k}"]} if f"dut_inductor@{k}" in t else {}
-                    ),
+                    **{v: t[f"{v}@{k}"] for v in ("dut_aten", "dut_inductor") if f"{v}@{k}" in t},
                 },
             )
             for k in kernels
@@ -203,7 +212,10 @@ def host_line() -> str:
     """The CPU and host kernel a table was measured with, for its heading."""
     capability = torch.backends.cpu.get_cpu_capability()
     threads = torch.get_num_threads()
-    return f"CPU capability {capability}, {threads} thread(s), host GEMM {host_gemm.describe()}"
+    return (
+        f"CPU capability {capability}, {threads} thread(s), host GEMM {host_gemm.describe()}, "
+        f"host passes {host_passes.describe()}"
+    )
 
 
 def _number(value: float) -> str:

@@ -22,13 +22,16 @@ M = 1 and 8 tokens, prefill M = 128 and 512; ``qkv`` is d -> 3d, ``o`` d -> d, `
 A table of the DUT/fp32 and DUT/GEMM ratios per shape and host GEMM kernel closes a timed run
 (``conftest.py``), from ``test_interleaved``, which runs the candidates of a shape round robin:
 fp32, and for each of the ``int_mm`` and ``float32`` kernels (forced, so a host with an int8
-dot-product unit shows what one without sees, and the reverse) the kernel alone and the DUT.
+dot-product unit shows what one without sees, and the reverse) the kernel alone and the DUT
+(with the native host passes, and with the aten kernels' as a machine without a C compiler
+runs them: ``asic_backend.sim.host_passes``).
 Every test first checks its numbers (DUT close to fp32, ``_int_mm`` exact, the simulated figures
 equal to the cycle model's), so a fast wrong path fails; nothing asserts on time.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 from collections.abc import Callable
@@ -43,7 +46,7 @@ import asic_backend.ops.linear  # noqa: F401  (registers torch.ops.asic.dyn_line
 from asic_backend import make_backend
 from asic_backend.ops.library import DIRECT_CALLS
 from asic_backend.ops.linear import quantize_sym_rows
-from asic_backend.sim import host_gemm
+from asic_backend.sim import host_gemm, host_passes
 from asic_backend.sim.config import AsicConfig
 from asic_backend.sim.cycles import ACC_BYTES, gemm_cost
 from asic_backend.sim.device import get_device
@@ -276,19 +279,24 @@ def test_interleaved(benchmark: Any, layer: Layer, request: pytest.FixtureReques
     config = AsicConfig.preset(DUT_PRESET)
     x = activation(layer.m, layer.k)
     operands = dut_operands(layer)
+    make_dut: Callable[[], Callable[[torch.Tensor], Any]]
     if layer.kind == "mlp":
         block = mlp(layer)
-        dut: Callable[[torch.Tensor], torch.Tensor] = torch.compile(
-            block, backend=make_backend(config=config), fullgraph=True
+        # A copy a call: each DUT variant quantizes and reads weights of its own, as cold as
+        # the others' (the one before it in a round has not just read them).
+        make_dut = lambda: torch.compile(  # noqa: E731
+            copy.deepcopy(block), backend=make_backend(config=config), fullgraph=True
         )
     else:
         w, b = weight(layer.k, layer.n)
-        dut = functools.partial(_dyn_linear, w=w, b=b, key=get_device(config).key)
+        key = get_device(config).key
+        make_dut = lambda: functools.partial(_dyn_linear, w=w.clone(), b=b, key=key)  # noqa: E731
         block = linear(layer.k, layer.n).eval()
     # A plain (benchmark-disabled) run leaves the Inductor variant to test_dut_inductor, which
     # compiles and checks the same layer: an Inductor compile is most of a plain run's time.
-    variants: dict[str, Callable[[torch.Tensor], Any]] = {"dut": dut}
+    variants: dict[str, Callable[[torch.Tensor], Any]] = {"dut": make_dut()}
     if not benchmark.disabled:
+        variants["dut_aten"] = functools.partial(_aten_passes, make_dut())
         variants["dut_inductor"] = torch.compile(
             block, backend=make_backend(config=config, host="inductor")
         )
@@ -315,6 +323,13 @@ def test_interleaved(benchmark: Any, layer: Layer, request: pytest.FixtureReques
 
 
 _DYN_LINEAR = DIRECT_CALLS[torch.ops.asic.dyn_linear.default]
+
+
+def _aten_passes(dut: Callable[[torch.Tensor], Any], x: torch.Tensor) -> Any:
+    # The DUT with the aten kernels' quantization and rescale: what a machine without a C
+    # compiler runs (asic_backend.sim.host_passes).
+    with host_passes.forced("aten"):
+        return dut(x)
 
 
 def _dyn_linear(x: torch.Tensor, *, w: torch.Tensor, b: torch.Tensor, key: str) -> torch.Tensor:

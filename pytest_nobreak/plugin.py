@@ -53,6 +53,14 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(HtmlColumns(config), HTML_PLUGIN_NAME)
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    settings = config.stash.get(CONFIG_KEY, None)
+    if settings is not None and settings.asic:
+        from asic_backend.sim import host_passes  # torch: loaded already, under the backend
+
+        host_passes.reset()  # a later run in this process (pytester) reads its own environment
+
+
 def pytest_report_header(config: pytest.Config) -> str | list[str] | None:
     settings = config.stash.get(CONFIG_KEY, None)
     if settings is None:
@@ -61,12 +69,14 @@ def pytest_report_header(config: pytest.Config) -> str | list[str] | None:
     if settings.fail_unmarked:
         scope += " (breaks in unmarked tests fail the run)"
     if settings.fixture_backend == ASIC_BACKEND:
-        from asic_backend.sim import host_gemm  # torch: the ASIC backend imports it anyway
+        # torch: the ASIC backend imports it anyway
+        from asic_backend.sim import host_gemm, host_passes
 
         device = settings.asic_config().describe()
         return [
             f"nobreak: backend=asic, device={device}, watching {scope}",
             f"nobreak: host GEMM kernel {host_gemm.describe()}",
+            f"nobreak: host passes {host_passes.describe()}",
         ]
     return f"nobreak: backend={settings.fixture_backend}, watching {scope}"
 
@@ -84,14 +94,19 @@ def _check_backend_name(name: str) -> None:
 
 
 def _check_host_gemm() -> None:
-    """A bad ``$ASIC_HOST_GEMM`` stops the run at once (exit 4, one line), not in a compile."""
+    """A bad ``$ASIC_HOST_GEMM`` or ``$ASIC_HOST_PASSES`` (or native passes that do not build
+    when asked for) stops the run at once (exit 4, one line), not in a compile."""
     # Lazy: keeps torch out of the plugin's import until a test needs it.
-    from asic_backend.sim import host_gemm
+    from asic_backend.sim import host_gemm, host_passes
 
+    host_passes.reset()  # this run's environment, not an earlier run's in this process
     try:
         host_gemm.kernel()
+        host_passes.mode()
     except ValueError as exc:
         raise pytest.UsageError(f"asic: {exc}") from None
+    except RuntimeError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _check_asic_device(settings: NobreakConfig) -> None:

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from asic_backend.ops.library import dut_op
-from asic_backend.sim import numerics
+from asic_backend.sim import host_passes, numerics
 from asic_backend.sim.device import get_device, run_bmm_i32, run_linear_requant, run_mm_i32
 from asic_backend.sim.host_gemm import scratch_i32
 from asic_backend.sim.numerics import INT8_MAX, INT8_MIN
@@ -204,8 +204,11 @@ def quantize_sym_rows(
     (``abs`` is exact), computed in ``x``'s dtype as TorchAO does, and nothing reads the data on
     the host, so it also traces (and fuses under Inductor) without a graph break. A large ``x``
     goes by chunks of rows as in :func:`quantize_rows`, each with its own rows' scales, so
-    the whole quantization reads ``x`` from memory once.
+    the whole quantization reads ``x`` from memory once. A float32 ``x`` takes the fused native
+    pass (:mod:`asic_backend.sim.host_passes`) where it applies: the same values.
     """
+    if x.dtype == torch.float32 and (fused := host_passes.quantize_sym(x, F32_EPS, out)):
+        return fused
     chunks = numerics.row_spans(x.shape[0], x.shape[1])
     if len(chunks) == 1:
         scale = _sym_scale(x)

@@ -53,6 +53,7 @@ __all__ = [
     "INT_MM_MIN_K",
     "KERNELS",
     "bmm_i32",
+    "cpu_flags",
     "describe",
     "float_weight",
     "forced",
@@ -117,16 +118,23 @@ def describe() -> str:
 @functools.cache
 def has_int8_unit() -> bool:
     """Whether this CPU has an int8 dot-product unit ``torch._int_mm``'s kernels use."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
-            flags = next((line for line in fh if line.startswith("flags")), "").split()
-    except OSError:
-        flags = []
+    flags = cpu_flags()
     if flags:
         return any(flag in flags for flag in _INT8_FLAGS)
     # No cpuinfo (not Linux): torch's own reading; AVX-512 there usually comes with VNNI.
     capability = str(torch.backends.cpu.get_cpu_capability()).upper()
     return "AVX512" in capability or "AMX" in capability
+
+
+@functools.cache
+def cpu_flags() -> tuple[str, ...]:
+    """This CPU's feature flags as Linux lists them (``/proc/cpuinfo``); empty elsewhere."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            line = next((line for line in fh if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        return ()
+    return tuple(line.partition(":")[2].split())
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from asic_backend.sim import host_gemm
+from asic_backend.sim import host_gemm, host_passes
 
 # Defined with the config fields they type; re-exported here, where the numerics use them.
 from asic_backend.sim.config import ACC_OVERFLOWS, REQUANT_ROUNDINGS
@@ -537,13 +537,20 @@ def scale_acc(
     every int32-out GEMM, each operand already shaped to broadcast over ``acc`` (a row's, a
     column's). ``acc`` is int32, or float32 holding the same values (scaled in place).
     ``consume``: ``acc`` is the caller's to give up, and a large contiguous int32 one is converted
-    in its own memory (a new tensor as large is a pass over fresh pages).
+    in its own memory (a new tensor as large is a pass over fresh pages). A 2-D ``acc`` with
+    float32 scales takes the fused native pass (:mod:`asic_backend.sim.host_passes`) where it
+    applies: the same values, in the same memory.
 
     >>> acc = torch.tensor([[3, -7], [100, 0]], dtype=torch.int32)
     >>> scale_acc(acc, torch.tensor([[0.5], [0.25]]), torch.tensor([[0.1, 0.3]]))
     tensor([[ 0.1500, -1.0500],
             [ 2.5000,  0.0000]])
     """
+    if acc.dim() == 2 and isinstance(a_scale, torch.Tensor):
+        in_place = consume or acc.dtype == torch.float32
+        fused = host_passes.scale_rows(acc, a_scale, b_scale, bias, in_place=in_place)
+        if fused is not None:
+            return fused
     b_scale = b_scale if b_scale.dtype == torch.float32 else b_scale.to(torch.float32)
     # The values of acc * a_scale (int32 x float32 computes in float32), the rest in place: each
     # temporary as large as acc costs a pass. On a large accumulator the cast first and in-place

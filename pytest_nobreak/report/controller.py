@@ -222,26 +222,28 @@ class SessionReporter:
             return ""
         return self.settings.asic_config().key
 
-    def _host_gemm(self) -> str | None:
+    def _host_kernels(self) -> tuple[str, str] | tuple[None, None]:
+        """The host GEMM kernel's and the host passes' descriptions, under the ASIC backend."""
         if not self.settings.asic:
-            return None
+            return None, None
         # Lazy: keeps torch out of the plugin's import until a test needs it.
-        from asic_backend.sim import host_gemm
+        from asic_backend.sim import host_gemm, host_passes
 
-        return host_gemm.describe()
+        return host_gemm.describe(), host_passes.describe()
 
     @functools.cached_property
     def document(self) -> dict[str, Any]:
         """This run's report document: what ``--nobreak-json`` writes and the HTML page shows
         (built once for both)."""
-
+        host_gemm, host_passes = self._host_kernels()
         return build_report(
             torch_version(),
             self.settings.fixture_backend,
             self._device(),
             self.records.values(),
             asic_sim=sim_version(),
-            host_gemm=self._host_gemm(),
+            host_gemm=host_gemm,
+            host_passes=host_passes,
             complete=self.complete,
             roofs=self.roofs,
             models=model_notes(self.config),

@@ -162,6 +162,8 @@ def _header(
         facts.append(("simulator", f"v{document['asic_sim']}"))
     if document.get("host_gemm"):
         facts.append(("host GEMM", str(document["host_gemm"])))
+    if document.get("host_passes"):
+        facts.append(("host passes", str(document["host_passes"])))
     facts.append(("baseline", baseline or "none"))
     counts = [f"{len(rows)} watched tests"]
     counts += [f"{n} {outcome}" for outcome, n in sorted(outcomes.items())]

@@ -191,6 +191,7 @@ def build_report(
     *,
     asic_sim: str | None = None,
     host_gemm: str | None = None,
+    host_passes: str | None = None,
     complete: Iterable[str] | None = None,
     roofs: Mapping[str, Mapping[str, Any]] | None = None,
     models: Mapping[str, Mapping[str, Any]] | None = None,
@@ -200,8 +201,9 @@ def build_report(
 
     ``asic_sim`` (the simulator's model version) goes in the header when known, and
     ``host_gemm`` (the host kernel that computed the DUT's products, with why: a fact about the
-    run's speed, not its figures, so reports of different kernels merge) when the run used the
-    ASIC backend; a test not in
+    run's speed, not its figures, so reports of different kernels merge) and ``host_passes``
+    (the same for the quantization and rescale around them) when the run used the ASIC
+    backend; a test not in
     ``complete`` (it broke off half-way, so its figures are partial) gets ``"complete": false``,
     which keeps it out of a baseline made from the report (``python -m pytest_nobreak merge``).
     ``roofs`` are the roofs (peak ops/s, DRAM bandwidth) of the devices the tests' GEMMs ran
@@ -229,6 +231,8 @@ def build_report(
         report["asic_sim"] = asic_sim
     if host_gemm is not None:
         report["host_gemm"] = host_gemm
+    if host_passes is not None:
+        report["host_passes"] = host_passes
     if roofs:
         report[ROOFS_KEY] = {key: dict(value) for key, value in roofs.items()}
     if models:

@@ -5,12 +5,18 @@ It is written from the reference definitions (TFLite ``QuantizeMultiplier``, gem
 shares no shortcut with the vectorized implementation in ``asic_backend.sim.numerics``. "Bit-exact"
 means equal to this. Convolutions are sums over each window (forward) or scatters of each input
 point (transposed), on nested lists, with no im2col and no float arithmetic.
+
+The host's float32 steps around a dynamic GEMM (symmetric per-row quantization, the rescale)
+are here too, one Python float operation at a time, each rounded to float32 through ``struct``:
+Python's double holds a product of two float32 values exactly, and a double-rounded float32
+sum, product or quotient equals the directly rounded one (53 ≥ 2·24 + 2 bits).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import struct
 from collections.abc import Callable
 from fractions import Fraction
 
@@ -58,6 +64,26 @@ def linear_i32(
 
 def gemm_i32(a: Matrix, w: Matrix, acc_overflow: str = "wrap") -> Matrix:
     return linear_i32(a, w, 0, None, acc_overflow)
+
+
+def f32(x: float) -> float:
+    """``x`` rounded to the nearest float32 (ties to even)."""
+    return float(struct.unpack("f", struct.pack("f", x))[0])
+
+
+def quantize_sym_row(row: list[float], eps: float) -> tuple[list[int], float]:
+    """TorchAO's symmetric int8 of one float32 row: ``scale = max(max|x| / 127.5, eps)``,
+    ``q = clamp(round_half_even(x · f32(1 / scale)), -128, 127)``; ``(q, scale)``."""
+    scale = max(f32(max(abs(v) for v in row) / 127.5), f32(eps))
+    recip = f32(1.0 / scale)
+    return [min(max(round(f32(v * recip)), -128), 127) for v in row], scale
+
+
+def scale_row(acc: list[int], a: float, b: list[float], bias: list[float] | None) -> list[float]:
+    """One row of the int32-out rescale: ``((f32(acc)·a)·b[n]) + bias[n]``, each step
+    rounded to float32."""
+    out = [f32(f32(f32(v) * a) * s) for v, s in zip(acc, b, strict=True)]
+    return out if bias is None else [f32(v + c) for v, c in zip(out, bias, strict=True)]
 
 
 def _round_half_away(x: Fraction) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
@@ -12,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asic_backend.sim import host_gemm, numerics
+from asic_backend.sim import host_gemm, host_passes, numerics
 from asic_backend.sim.numerics import AccOverflow, RequantRounding
 from tests.asic import golden
 
@@ -390,13 +391,14 @@ def test_dequantize_acc_follows_torchao_order() -> None:
     assert torch.equal(numerics.dequantize_acc(acc, a_scale, w_scale, bias), expected)
 
 
+@pytest.mark.parametrize("passes", host_passes.MODES)
 @pytest.mark.parametrize("per_row", [False, True])
 @pytest.mark.parametrize("bias_dtype", [None, torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(
     "n", [17, numerics.CAST_FIRST_MIN_NUMEL // 33 + 1], ids=["small", "cast-first"]
 )
 def test_dequantize_acc_in_place_equals_the_plain_formula(
-    per_row: bool, bias_dtype: torch.dtype | None, n: int
+    passes: str, per_row: bool, bias_dtype: torch.dtype | None, n: int
 ) -> None:
     """Bit for bit, including accumulators beyond float32's exact integers (2^24), in both of
     its forms (a large accumulator is cast first)."""
@@ -408,7 +410,8 @@ def test_dequantize_acc_in_place_equals_the_plain_formula(
     expected = (acc.to(torch.float32) * a_scale) * w_scale.reshape(1, -1)
     if bias is not None:
         expected = expected + bias
-    out = numerics.dequantize_acc(acc, a_scale, w_scale, bias)
+    with host_passes.forced(passes):
+        out = numerics.dequantize_acc(acc, a_scale, w_scale, bias)
     assert out.dtype == torch.float32
     assert torch.equal(out.view(torch.int32), expected.view(torch.int32))
 
@@ -432,11 +435,14 @@ def test_a_pass_goes_by_chunks_of_rows_only_past_the_last_level_of_cache() -> No
 
 
 @pytest.fixture
-def chunked(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every host pass by chunks of rows, of 3 rows of 37 values (and fewer at the end)."""
+def chunked(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every host pass by chunks of rows, of 3 rows of 37 values (and fewer at the end), in
+    the aten kernels (the native passes go a row at a time, whatever the size)."""
     monkeypatch.setattr(numerics, "CHUNKED_MIN_BYTES", 0)
     monkeypatch.setattr(numerics, "CHUNK_BYTES", 3 * 37 * 4)
     monkeypatch.setattr(numerics, "CAST_FIRST_MIN_NUMEL", 1)
+    with host_passes.forced("aten"):
+        yield
 
 
 @pytest.mark.parametrize("bias", [False, True])

@@ -14,6 +14,7 @@ from torch._inductor.utils import run_and_get_code
 
 from asic_backend import make_backend
 from asic_backend.ops import linear as quant_ops
+from asic_backend.sim import host_passes
 from asic_backend.sim.cycles import ACC_BYTES, gemm_cost
 from asic_backend.sim.device import Device
 
@@ -138,7 +139,8 @@ def test_bfloat16_activations_keep_the_op_whole_and_exact(device: Device) -> Non
     assert "torch.ops.asic.dyn_linear.default(" in code
 
 
-def test_quantize_sym_rows_is_torchaos_formula() -> None:
+@pytest.mark.parametrize("passes", host_passes.MODES)
+def test_quantize_sym_rows_is_torchaos_formula(passes: str) -> None:
     # The short form (abs-max, no zero point) against the general TorchAO replica it stands for.
     g = torch.Generator().manual_seed(3)
     # Small, and large enough for the two-reduction form of max |x| (TWO_REDUCTIONS_MIN_NUMEL).
@@ -148,7 +150,8 @@ def test_quantize_sym_rows_is_torchaos_formula() -> None:
         x[2] = 0.0
         x[3] = x[3].abs()  # one-signed rows
         x[4] = -x[4].abs()
-        q, scale = quant_ops.quantize_sym_rows(x)
+        with host_passes.forced(passes):
+            q, scale = quant_ops.quantize_sym_rows(x)
         ref_scale, zp = quant_ops.choose_qparams_rows(x, symmetric=True)
         assert torch.equal(scale, ref_scale)
         assert torch.equal(q, quant_ops.quantize_rows(x, ref_scale, zp, -128, 127))

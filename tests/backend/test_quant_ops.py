@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ import asic_backend.lower.accounting
 import asic_backend.ops.attention
 import asic_backend.ops.conv  # noqa: F401  (the asic:: ops checked here)
 from asic_backend.ops import linear as quant_ops
-from asic_backend.sim import numerics
+from asic_backend.sim import host_passes, numerics
 from asic_backend.sim.device import Device, HostFallback, HostFallbackStats, get_device
 
 ops = torch.ops.asic
@@ -202,6 +203,14 @@ def test_activation_quantization_is_torchao_bit_exact(
     assert torch.equal(q, ref_q)
 
 
+@pytest.fixture
+def aten_passes() -> Iterator[None]:
+    """The aten kernels' passes: the chunks of rows are theirs (the native passes go a row at a
+    time, whatever the size)."""
+    with host_passes.forced("aten"):
+        yield
+
+
 def _by_chunks_of_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every host pass by chunks of 3 rows of 37 values (fewer at the end)."""
     monkeypatch.setattr(numerics, "CHUNKED_MIN_BYTES", 0)
@@ -211,6 +220,7 @@ def _by_chunks_of_rows(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("form", ["new", "consume", "out", "one value a row"])
+@pytest.mark.usefixtures("aten_passes")
 def test_symmetric_quantization_by_chunks_of_rows_is_the_whole_ones(
     monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, form: str
 ) -> None:
@@ -237,6 +247,7 @@ def test_symmetric_quantization_by_chunks_of_rows_is_the_whole_ones(
 @pytest.mark.parametrize("symmetric", [True, False])
 @pytest.mark.parametrize("per_token", [True, False])
 @pytest.mark.parametrize("scale_dtype", [torch.float32, None], ids=["f32-scale", "bf16-scale"])
+@pytest.mark.usefixtures("aten_passes")
 def test_torchao_quantization_by_chunks_of_rows_is_the_whole_ones(
     monkeypatch: pytest.MonkeyPatch,
     symmetric: bool,
@@ -264,6 +275,7 @@ def test_torchao_quantization_by_chunks_of_rows_is_the_whole_ones(
     assert torch.equal(chunked, whole)
 
 
+@pytest.mark.usefixtures("aten_passes")
 def test_a_linear_by_chunks_of_rows_gives_the_same_bits_and_counts(
     monkeypatch: pytest.MonkeyPatch, device: Device
 ) -> None:

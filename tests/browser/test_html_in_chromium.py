@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from asic_backend.sim import host_gemm
+from asic_backend.sim import host_gemm, host_passes
 from tests.browser.chromium import console_errors, open_page
 
 PAYLOAD = "</script><script>document.title='pwned'</script><b class=pwned>x</b>"
@@ -139,6 +139,7 @@ def test_the_page_shows_the_run_and_runs_nothing_of_it(opened: Any) -> None:
     assert "backend\nasic" in text
     kernel = host_gemm.describe()  # this run's: the page's run was in this environment
     assert f"host GEMM\n{kernel}" in text
+    assert f"host passes\n{host_passes.describe()}" in text
     assert "baseline\nb.json" in text
     assert "5 watched tests · 2 failed · 3 passed · 1 regressed" in text
     assert "graph_breaks 0 → 1" in text

@@ -1,9 +1,10 @@
-"""``$ASIC_HOST_GEMM`` under ``--asic-backend``: the header names the kernel, a bad value is a
-usage error before any test."""
+"""``$ASIC_HOST_GEMM`` and ``$ASIC_HOST_PASSES`` under ``--asic-backend``: the header and the
+reports name the kernel and the passes, a bad value is a usage error before any test."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -28,7 +29,9 @@ def test_the_header_names_the_kernel(
     monkeypatch.setenv("ASIC_HOST_GEMM", env)
     result = suite.runpytest("-p", "no:cacheprovider", "--asic-backend")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["nobreak: backend=asic, *", line])
+    result.stdout.fnmatch_lines(
+        ["nobreak: backend=asic, *", line, "nobreak: host passes native (auto: built with *)"]
+    )
 
 
 def test_a_bad_kernel_is_a_usage_error(
@@ -40,6 +43,61 @@ def test_a_bad_kernel_is_a_usage_error(
     result.stderr.fnmatch_lines(
         ["ERROR: asic: $ASIC_HOST_GEMM='fastest' is not one of int_mm, float32, float64, auto"]
     )
+
+
+@pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        ({"ASIC_HOST_PASSES": "aten"}, "nobreak: host passes aten ($ASIC_HOST_PASSES=aten)"),
+        (
+            {"CC": "/nonexistent/cc", "PATH": ""},
+            "nobreak: host passes aten (auto: no C compiler *)",
+        ),
+    ],
+    ids=["forced", "no compiler"],
+)
+def test_the_header_names_the_host_passes(
+    suite: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    env: dict[str, str],
+    line: str,
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no earlier build to find
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    result = suite.runpytest("-p", "no:cacheprovider", "--asic-backend")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["nobreak: host GEMM kernel *", line])
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"ASIC_HOST_PASSES": "fast"},
+            "ERROR: asic: $ASIC_HOST_PASSES='fast' is not one of native, aten, auto",
+        ),
+        (
+            {"ASIC_HOST_PASSES": "native", "CC": "/nonexistent/cc", "PATH": ""},
+            "ERROR: asic: the native host passes are not available: no C compiler found *",
+        ),
+    ],
+    ids=["unknown", "native without a compiler"],
+)
+def test_bad_host_passes_are_a_usage_error(
+    suite: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    env: dict[str, str],
+    message: str,
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    result = suite.runpytest("-p", "no:cacheprovider", "--asic-backend")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
 
 
 def test_without_the_asic_backend_the_kernel_is_not_read(
@@ -60,13 +118,23 @@ def test_the_reports_name_the_kernel(
     )
     result.assert_outcomes(passed=1)
     document = json.loads((suite.path / "r.json").read_text())
+    monkeypatch.setenv("ASIC_HOST_PASSES", "aten")
+    result = suite.runpytest(
+        "-p", "no:cacheprovider", "--asic-backend", "--nobreak-json=r.json", "--nobreak-html=r.html"
+    )
+    result.assert_outcomes(passed=1)
+    document = json.loads((suite.path / "r.json").read_text())
     assert document["host_gemm"] == "float32 ($ASIC_HOST_GEMM=float32)"
+    assert document["host_passes"] == "aten ($ASIC_HOST_PASSES=aten)"
     page = (suite.path / "r.html").read_text()
     assert "host GEMM" in page
     assert "float32 ($ASIC_HOST_GEMM=float32)" in page
+    assert "aten ($ASIC_HOST_PASSES=aten)" in page
 
 
 def test_without_the_asic_backend_the_report_has_no_kernel(suite: pytest.Pytester) -> None:
     result = suite.runpytest("-p", "no:cacheprovider", "--nobreak-json=r.json")
     result.assert_outcomes(passed=1)
-    assert "host_gemm" not in json.loads((suite.path / "r.json").read_text())
+    document = json.loads((suite.path / "r.json").read_text())
+    assert "host_gemm" not in document
+    assert "host_passes" not in document

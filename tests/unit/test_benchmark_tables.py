@@ -23,3 +23,15 @@ def test_a_table_with_every_ratio_at_or_above_its_floor_has_no_note() -> None:
     assert over_gemm(1.0) == "1.00"
     assert over_gemm(0.996) == f"0.996{BELOW_FLOOR}"  # below, though two decimals round it up
     assert over_gemm(0.994) == f"0.99{BELOW_FLOOR}"
+
+
+def test_the_aten_passes_have_columns_of_their_own_where_measured() -> None:
+    timed = Row(
+        interleaved={"fp32": 4.0, "gemm@int_mm": 2.0, "dut@int_mm": 2.2, "dut_aten@int_mm": 2.6}
+    )
+    table = ratio_table({"decode": timed, "prefill": _row(3.0)})
+    head = table[0].split(" | ")
+    assert head[7:9] == ["DUT aten ms", "DUT aten/GEMM"]
+    assert table[2].split(" | ")[7:9] == ["2,600", "1.30"]
+    assert table[3].split(" | ")[7:9] == ["-", "-"]
+    assert "DUT aten ms" not in ratio_table({"decode": _row(3.0)})[0]

@@ -1,0 +1,111 @@
+/* The host passes around a DUT GEMM, one loop each: asic_backend/sim/host_passes.py builds and
+ * loads this file. Every value equals the aten formula's bit for bit, which needs IEEE float32
+ * arithmetic in source order: the build passes -ffp-contract=off (a fused multiply-add rounds
+ * once where the formula rounds twice) and never a fast-math flag.
+ *
+ * The loops are plain C that compilers vectorize (-O3); rows are shared among OpenMP threads
+ * when the caller asks for more than one (the runtime is torch's own: same soname, loaded). */
+#include <stdint.h>
+#include <string.h>
+
+/* 1.5 * 2^23: (v + ROUNDER) - ROUNDER is v rounded half to even (torch.round), for |v| < 2^22
+ * under the default rounding mode. */
+#define ROUNDER 12582912.0f
+
+/* Bits of |v|: non-negative floats order as their bit patterns; inf and NaN are >= INF_BITS. */
+#define INF_BITS 0x7f800000u
+
+static inline uint32_t abs_bits(float v) {
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    return u & 0x7fffffffu;
+}
+
+/* One row: scale = max(max|x| / 127.5, eps); q = clamp(round(x * (1 / scale)), -128, 127).
+ * Clamping before rounding gives the same values (rounding is monotone and the bounds are
+ * integers). Returns 1, writing nothing, if the row holds inf or NaN. */
+static int quantize_row(const float *x, int64_t k, int8_t *q, float *q_f32, float *scale,
+                        float eps) {
+    uint32_t top = 0;
+    for (int64_t i = 0; i < k; i++) {
+        uint32_t b = abs_bits(x[i]);
+        top = b > top ? b : top;
+    }
+    if (top >= INF_BITS) return 1;
+    float amax;
+    memcpy(&amax, &top, sizeof amax);
+    float s = amax / 127.5f;
+    s = s < eps ? eps : s;
+    *scale = s;
+    const float recip = 1.0f / s;
+    if (q_f32) {
+        for (int64_t i = 0; i < k; i++) {
+            float v = x[i] * recip;
+            v = v < -128.0f ? -128.0f : v;
+            v = v > 127.0f ? 127.0f : v;
+            q_f32[i] = (v + ROUNDER) - ROUNDER;
+        }
+    } else {
+        for (int64_t i = 0; i < k; i++) {
+            float v = x[i] * recip;
+            v = v < -128.0f ? -128.0f : v;
+            v = v > 127.0f ? 127.0f : v;
+            q[i] = (int8_t)(int32_t)((v + ROUNDER) - ROUNDER);
+        }
+    }
+    return 0;
+}
+
+/* Symmetric per-row int8 of rows x rows of k floats (row r at x + r * x_stride) into q (int8,
+ * rows x k) or, if q_f32 is given, into q_f32 (the same values as float32); scales into
+ * scale[rows]. Returns the number of rows holding inf or NaN (their outputs are not written). */
+int64_t asic_quantize_sym_f32(const float *x, int64_t rows, int64_t k, int64_t x_stride,
+                              int8_t *q, float *q_f32, float *scale, float eps, int threads) {
+    int64_t bad = 0;
+#pragma omp parallel for num_threads(threads) reduction(+ : bad) if (threads > 1)
+    for (int64_t r = 0; r < rows; r++) {
+        bad += quantize_row(x + r * x_stride, k, q ? q + r * k : 0, q_f32 ? q_f32 + r * k : 0,
+                            scale + r, eps);
+    }
+    return bad;
+}
+
+/* y = ((float)acc * a[i]) * b[j] (+ bias[j]), each product rounded to float32, as
+ * numerics.scale_acc computes it. a_step / b_step: 1 for one scale a row / column, 0 for one
+ * scale for all. y may be acc's own memory: each value is read before it is written, in the
+ * same iteration (ivdep: no dependence between iterations, so no scalar fallback for it). */
+#define SCALE_ROWS(NAME, ACC_T)                                                                 \
+    void NAME(const ACC_T *acc, int64_t m, int64_t n, const float *a, int64_t a_step,          \
+              const float *b, int64_t b_step, const float *bias, float *y, int threads) {       \
+        _Pragma("omp parallel for num_threads(threads) if (threads > 1)")                       \
+        for (int64_t i = 0; i < m; i++) {                                                      \
+            const ACC_T *row = acc + i * n;                                                    \
+            float *out = y + i * n;                                                            \
+            const float ai = a[i * a_step];                                                    \
+            if (b_step && bias) {                                                              \
+                _Pragma("GCC ivdep")                                                           \
+                for (int64_t j = 0; j < n; j++) {                                              \
+                    float v = (float)row[j] * ai;                                              \
+                    v = v * b[j];                                                              \
+                    out[j] = v + bias[j];                                                      \
+                }                                                                              \
+            } else if (b_step) {                                                               \
+                _Pragma("GCC ivdep")                                                           \
+                for (int64_t j = 0; j < n; j++) {                                              \
+                    float v = (float)row[j] * ai;                                              \
+                    out[j] = v * b[j];                                                         \
+                }                                                                              \
+            } else {                                                                           \
+                const float b0 = b[0];                                                         \
+                _Pragma("GCC ivdep")                                                           \
+                for (int64_t j = 0; j < n; j++) {                                              \
+                    float v = (float)row[j] * ai;                                              \
+                    v = v * b0;                                                                \
+                    out[j] = bias ? v + bias[j] : v;                                           \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
+SCALE_ROWS(asic_scale_i32, int32_t)
+SCALE_ROWS(asic_scale_f32, float)

@@ -1,0 +1,383 @@
+"""The host passes around a DUT GEMM, fused in native code: one loop where eager takes 4 to 9
+aten kernels.
+
+A dynamic int8 layer quantizes its activations before the DUT's GEMM (max |x| per row, a scale,
+a multiply, rounding, clamping, a cast: nine kernels in eager) and rescales the int32 result
+after it (a cast, two multiplies, the bias: four). Each kernel is a pass over the tensor and,
+in a decode step, a dispatch whose code and data are out of the CPU's caches; together they
+cost up to a fifth of the GEMM. ``host_passes.c`` does each side in one loop over a row, with
+the aten formula's arithmetic in its order (bit for bit: the tests run both against each other
+and against the golden model).
+
+The C file is built with the system's C compiler the first time a process needs it (about a
+third of a second) and kept in ``$XDG_CACHE_HOME/asic_backend`` (``~/.cache/asic_backend``),
+one file per source, compiler, flags and CPU (it is built for this CPU: ``-march=native``).
+``$ASIC_HOST_PASSES`` chooses: ``auto`` (the default: native if it builds, else the aten
+kernels), ``native`` (a failed build is an error) or ``aten``. It is read at a process's first
+pass and again after :func:`reset` (the pytest plugin resets at a run's start and end);
+:func:`forced` overrides it in a block.
+
+The fused passes take the common case: float32, two-dimensional, rows of unit stride, no
+tracing. Anything else returns None and its caller runs the aten kernels, as it does for a
+row holding inf or NaN.
+
+>>> mode()                                    # with a C compiler on the machine
+'native'
+>>> q, scale = quantize_sym(torch.randn(8, 64), eps=1e-7)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+
+from asic_backend.sim import host_gemm
+
+__all__ = [
+    "ENV_VAR",
+    "MODES",
+    "PARALLEL_MIN_NUMEL",
+    "describe",
+    "forced",
+    "mode",
+    "quantize_sym",
+    "reset",
+    "scale_rows",
+]
+
+#: The passes' implementations, by name.
+MODES: tuple[str, ...] = ("native", "aten")
+#: The environment variable that chooses one (or ``auto``).
+ENV_VAR = "ASIC_HOST_PASSES"
+#: From this many values on, a pass shares its rows among torch's threads; below, starting
+#: them costs more than they save.
+PARALLEL_MIN_NUMEL = 1 << 16
+
+#: Always: IEEE float32 in the source's order (no fused multiply-add: it rounds once where the
+#: aten formula rounds twice); an int32 accumulator rescaled in its own memory is read through
+#: one pointer type and written through another.
+_BASE_FLAGS = ("-O3", "-ffp-contract=off", "-fno-strict-aliasing", "-fPIC", "-shared")
+#: Tried in order; the first that builds is used (a compiler may lack OpenMP or -march=native).
+_OPTIONAL_FLAGS = (("-march=native", "-fopenmp"), ("-fopenmp",), ("-march=native",), ())
+_SOURCE = "host_passes.c"
+_BUILD_TIMEOUT_S = 120
+
+_forced: list[str] = []
+
+_P = ctypes.c_void_p
+_I64 = ctypes.c_int64
+_INT = ctypes.c_int
+
+
+class _Native(NamedTuple):
+    quantize_sym_f32: Callable[..., Any]
+    scale_i32: Callable[..., Any]
+    scale_f32: Callable[..., Any]
+    built_with: str
+
+
+class _Build(NamedTuple):
+    native: _Native | None
+    detail: str  # how it was built, or why it was not
+
+
+def mode() -> str:
+    """``"native"`` or ``"aten"``: what this process uses (see the module docstring). A bad
+    ``$ASIC_HOST_PASSES`` is a ``ValueError`` naming the allowed values; ``native`` that does
+    not build is a ``RuntimeError`` with the compiler's message."""
+    if _forced:
+        return _forced[-1]
+    return _configured()
+
+
+def describe() -> str:
+    """One line for report headers: the implementation and why."""
+    name = mode()
+    if _forced:
+        return f"{name} (forced)"
+    spec = _spec()
+    if spec != "auto":
+        return f"{name} (${ENV_VAR}={spec})"
+    return f"{name} (auto: {_build().detail})"
+
+
+def reset() -> None:
+    """Forget the choice and the build: the next pass reads ``$ASIC_HOST_PASSES`` and looks for
+    the build again (a built copy is loaded, not rebuilt)."""
+    _configured.cache_clear()
+    _build.cache_clear()
+
+
+@contextlib.contextmanager
+def forced(name: str) -> Iterator[None]:
+    """Use ``name``'s passes in the block (tests compare the two)."""
+    if name not in MODES:
+        raise ValueError(f"unknown host passes {name!r}; known: {', '.join(MODES)}")
+    if name == "native":
+        _require_native()
+    _forced.append(name)
+    try:
+        yield
+    finally:
+        _forced.pop()
+
+
+def quantize_sym(
+    x: torch.Tensor, eps: float, out: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``quantize_sym_rows(x, out=out)`` of a float32 ``[M, K]`` ``x`` (K ≥ 2, rows of unit
+    stride) in one loop a row, scales floored at ``eps``: ``(q, scale [M, 1])``, ``q`` int8 or,
+    with ``out`` (float32, contiguous, ``x``'s shape), ``out`` holding the same values. None
+    where the fused pass does not apply (the caller runs the aten kernels)."""
+    native = _active()
+    if native is None or not _plain(x) or x.dtype != torch.float32 or x.dim() != 2:
+        return None
+    rows, k = x.shape
+    if k < 2 or rows == 0 or x.stride(1) != 1:
+        return None
+    if out is None:
+        q = torch.empty((rows, k), dtype=torch.int8)
+    elif (
+        _plain(out) and out.dtype == torch.float32 and out.shape == x.shape and out.is_contiguous()
+    ):
+        q = out
+    else:
+        return None
+    scale = torch.empty((rows, 1), dtype=torch.float32)
+    q_int8, q_f32 = (q.data_ptr(), None) if out is None else (None, q.data_ptr())
+    bad = native.quantize_sym_f32(
+        x.data_ptr(),
+        rows,
+        k,
+        x.stride(0),
+        q_int8,
+        q_f32,
+        scale.data_ptr(),
+        eps,
+        _threads(x.numel()),
+    )
+    return None if bad else (q, scale)
+
+
+def scale_rows(
+    acc: torch.Tensor,
+    a_scale: torch.Tensor,
+    b_scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    *,
+    in_place: bool,
+) -> torch.Tensor | None:
+    """``numerics.scale_acc(acc, a_scale, b_scale, bias=bias)`` of a contiguous ``[M, N]``
+    int32 or float32 ``acc`` in one loop a row: float32, in ``acc``'s own memory if
+    ``in_place``, else new. ``a_scale``: float32, one a row (``[M, 1]``) or one for all;
+    ``b_scale``: float32, one a column (``[N]``, ``[1, N]``) or one for all; ``bias``: float32
+    ``[N]``. None where the fused pass does not apply."""
+    native = _active()
+    if native is None or not _plain(acc) or acc.dim() != 2 or not acc.is_contiguous():
+        return None
+    if acc.dtype == torch.int32:
+        run = native.scale_i32
+    elif acc.dtype == torch.float32:
+        run = native.scale_f32
+    else:
+        return None
+    m, n = acc.shape
+    a_step = _step(a_scale, m, (m, 1))
+    b_step = _step(b_scale, n, (n,), (1, n))
+    if a_step is None or b_step is None:
+        return None
+    if bias is not None and not (
+        _plain(bias) and bias.dtype == torch.float32 and bias.shape == (n,) and bias.is_contiguous()
+    ):
+        return None
+    if not in_place:
+        y = torch.empty((m, n), dtype=torch.float32)
+    else:
+        y = acc if acc.dtype == torch.float32 else acc.view(torch.float32)
+    run(
+        acc.data_ptr(),
+        m,
+        n,
+        a_scale.data_ptr(),
+        a_step,
+        b_scale.data_ptr(),
+        b_step,
+        None if bias is None else bias.data_ptr(),
+        y.data_ptr(),
+        _threads(acc.numel()),
+    )
+    return y
+
+
+# -- when the fused passes apply ------------------------------------------------------------------
+
+
+def _active() -> _Native | None:
+    if mode() != "native":
+        return None
+    return _build().native
+
+
+def _plain(t: torch.Tensor) -> bool:
+    """A CPU tensor with storage (a parameter too), outside any tracing: another subclass
+    (fake, functional) or a dispatch mode (a tracer records aten ops; the fused loop would be
+    unseen) takes the aten kernels."""
+    return (
+        type(t) in _PLAIN_TYPES
+        and t.device.type == "cpu"
+        and torch._C._len_torch_dispatch_stack() == 0
+    )
+
+
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+def _step(t: torch.Tensor, length: int, *shapes: tuple[int, ...]) -> int | None:
+    """1 if float32 ``t`` holds one value per index (one of ``shapes``, contiguous), 0 if one
+    for all, None otherwise."""
+    if not _plain(t) or t.dtype != torch.float32:
+        return None
+    if t.numel() == 1:
+        return 0
+    if tuple(t.shape) in shapes and t.numel() == length and t.is_contiguous():
+        return 1
+    return None
+
+
+def _threads(numel: int) -> int:
+    return torch.get_num_threads() if numel >= PARALLEL_MIN_NUMEL else 1
+
+
+# -- choosing and building ---------------------------------------------------------------------
+
+
+def _spec() -> str:
+    return os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
+
+
+@functools.cache
+def _configured() -> str:
+    spec = _spec()
+    if spec == "auto":
+        return "native" if _build().native is not None else "aten"
+    if spec not in MODES:
+        raise ValueError(f"${ENV_VAR}={spec!r} is not one of {', '.join((*MODES, 'auto'))}")
+    if spec == "native":
+        _require_native()
+    return spec
+
+
+def _require_native() -> None:
+    build = _build()
+    if build.native is None:
+        raise RuntimeError(f"asic: the native host passes are not available: {build.detail}")
+
+
+@functools.cache
+def _build() -> _Build:
+    """Load the native passes, building them first if this machine has no copy yet."""
+    compiler = _compiler()
+    if compiler is None:
+        return _Build(None, "no C compiler found ($CC, cc, gcc, clang)")
+    source = resources.files("asic_backend.sim").joinpath(_SOURCE).read_bytes()
+    cache = _cache_dir()
+    errors = []
+    for optional in _OPTIONAL_FLAGS:
+        flags = (*_BASE_FLAGS, *optional)
+        target = cache / f"host_passes-{_key(source, compiler, flags)}.so"
+        if not target.exists():
+            error = _compile(compiler, flags, source, target)
+            if error is not None:
+                errors.append(error)
+                continue
+        try:
+            native = _load(target, f"{Path(compiler[0]).name} {' '.join(flags)}")
+        except OSError as exc:
+            errors.append(f"{target}: {exc}")
+            continue
+        return _Build(native, f"built with {native.built_with}")
+    return _Build(None, f"the build failed: {errors[0]}")
+
+
+def _compiler() -> list[str] | None:
+    candidates = [shlex.split(os.environ.get("CC", ""))] + [
+        [name] for name in ("cc", "gcc", "clang")
+    ]
+    for words in candidates:
+        if words and (path := shutil.which(words[0])):
+            return [path, *words[1:]]
+    return None
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    for path in (
+        Path(root) / "asic_backend",
+        Path(tempfile.gettempdir()) / f"asic_backend-{os.getuid()}",
+    ):
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(path, os.W_OK):
+            return path
+    raise RuntimeError("asic: no writable directory for the native host passes")
+
+
+def _key(source: bytes, compiler: list[str], flags: tuple[str, ...]) -> str:
+    """A build's identity: the source, the compiler, the flags and, for -march=native, the CPU
+    (a cache shared among machines must not hand one CPU's instructions to another)."""
+    digest = hashlib.sha256(source)
+    cpu = " ".join(host_gemm.cpu_flags()) or f"{platform.machine()} {platform.processor()}"
+    for part in (*compiler, *flags, cpu):
+        digest.update(b"\0" + part.encode())
+    return digest.hexdigest()[:16]
+
+
+def _compile(
+    compiler: list[str], flags: tuple[str, ...], source: bytes, target: Path
+) -> str | None:
+    """Build ``target``; None, or the compiler's complaint. The file appears whole or not at
+    all (parallel test workers build at once)."""
+    with tempfile.TemporaryDirectory(dir=target.parent) as work:
+        src = Path(work) / _SOURCE
+        src.write_bytes(source)
+        built = Path(work) / target.name
+        command = [*compiler, *flags, str(src), "-o", str(built)]
+        try:
+            run = subprocess.run(command, capture_output=True, text=True, timeout=_BUILD_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"{shlex.join(command)}: {exc}"
+        if run.returncode != 0:
+            lines = (run.stderr or run.stdout).strip().splitlines() or [f"exit {run.returncode}"]
+            return f"{shlex.join(command)}: {lines[0]}"
+        os.replace(built, target)
+    return None
+
+
+def _load(path: Path, built_with: str) -> _Native:
+    lib = ctypes.CDLL(str(path))
+    quantize = lib.asic_quantize_sym_f32
+    quantize.argtypes = [_P, _I64, _I64, _I64, _P, _P, _P, ctypes.c_float, _INT]
+    quantize.restype = _I64
+    scales = []
+    for name in ("asic_scale_i32", "asic_scale_f32"):
+        fn = getattr(lib, name)
+        fn.argtypes = [_P, _I64, _I64, _P, _I64, _P, _I64, _P, _P, _INT]
+        fn.restype = None
+        scales.append(fn)
+    return _Native(quantize, scales[0], scales[1], built_with)

@@ -1,0 +1,381 @@
+"""The fused native host passes (``asic_backend.sim.host_passes``): bit for bit the golden
+model's float32 steps and the aten kernels', where they apply; the aten kernels elsewhere; the
+build, its cache and its failures, each with one clear line."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from asic_backend.ops.linear import F32_EPS, quantize_sym_rows
+from asic_backend.sim import host_passes, numerics
+from tests.asic import golden
+
+MODES = pytest.mark.parametrize("mode", host_passes.MODES)
+
+
+@pytest.fixture(autouse=True)
+def _native_built() -> None:
+    # The machines this suite runs on have a C compiler (Inductor needs one too): a build that
+    # fails here is a defect, not a reason to test the aten kernels twice.
+    assert host_passes.mode() == "native", host_passes.describe()
+
+
+def _both(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+    """``fn`` under the native passes and under the aten kernels, each on fresh copies."""
+    results = []
+    for mode in ("native", "aten"):
+        fresh = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        with host_passes.forced(mode):
+            results.append(fn(*fresh, **kwargs))
+    return results
+
+
+def _golden_quantized(x: torch.Tensor) -> tuple[list[list[int]], list[float]]:
+    rows = [golden.quantize_sym_row(row, F32_EPS) for row in x.tolist()]
+    return [q for q, _ in rows], [s for _, s in rows]
+
+
+# -- quantization ------------------------------------------------------------------------------
+
+_FLOAT32 = st.floats(width=32, allow_nan=False, allow_infinity=False, allow_subnormal=True)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    rows=st.integers(1, 9),
+    k=st.integers(2, 70),
+    data=st.data(),
+)
+def test_quantization_is_the_golden_model(rows: int, k: int, data: st.DataObject) -> None:
+    """Any float32 values, from subnormals to 3e38, rounded half to even at every tie."""
+    magnitude = data.draw(st.sampled_from([1e-40, 1e-30, 1e-3, 1.0, 1e5, 1e30, 3e38]))
+    values = data.draw(st.lists(_FLOAT32, min_size=rows * k, max_size=rows * k))
+    x = torch.tensor(values, dtype=torch.float32).reshape(rows, k)
+    x = (x / max(1.0, float(x.abs().max())) * magnitude).nan_to_num(posinf=3e38, neginf=-3e38)
+    with host_passes.forced("native"):
+        q, scale = quantize_sym_rows(x)
+    want_q, want_scale = _golden_quantized(x)
+    assert q.tolist() == want_q
+    assert scale.reshape(-1).tolist() == want_scale
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["ties", "zeros", "negative zeros", "subnormal", "largest", "one large value", "wide"],
+)
+def test_quantization_edge_values_are_the_golden_model(case: str) -> None:
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(5, 40, generator=g)
+    if case == "ties":  # every x · (1/scale) a half: 127.5 fixes the scale at 1
+        x = torch.arange(-127.5, 128.0, 1.0)[: 5 * 40].reshape(5, 40).clone()
+        x[:, 0] = 127.5
+    elif case == "zeros":
+        x[2] = 0.0
+    elif case == "negative zeros":
+        x[:] = -0.0
+    elif case == "subnormal":
+        x = x * 1e-42
+    elif case == "largest":
+        x[1, 3] = torch.finfo(torch.float32).max
+        x[4, 0] = -torch.finfo(torch.float32).max
+    elif case == "one large value":
+        x[0, 17] = 1e6
+    else:  # rows of 70,000 values: parallel, and wider than any vector
+        x = torch.randn(3, 70_000, generator=g)
+    with host_passes.forced("native"):
+        q, scale = quantize_sym_rows(x)
+    want_q, want_scale = _golden_quantized(x)
+    assert q.tolist() == want_q
+    assert scale.reshape(-1).tolist() == want_scale
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("form", ["int8", "float32 out", "strided rows"])
+def test_quantization_equals_the_aten_kernels(form: str, threads: int) -> None:
+    """Past :data:`PARALLEL_MIN_NUMEL` with threads to share the rows; into the float32 kernel's
+    ``out``; rows read from a wider tensor."""
+    g = torch.Generator().manual_seed(3)
+    wide = torch.randn(300, 500, generator=g) * 3
+    x = wide[:, :400] if form == "strided rows" else wide[:, :400].contiguous()
+    assert x.numel() >= host_passes.PARALLEL_MIN_NUMEL
+
+    def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = torch.empty(x.shape) if form == "float32 out" else None
+        q, scale = quantize_sym_rows(x, out=out)
+        assert q is out or out is None
+        return q, scale
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        (q_native, s_native), (q_aten, s_aten) = _both(quantize, x)
+    finally:
+        torch.set_num_threads(before)
+    assert q_native.dtype == (torch.float32 if form == "float32 out" else torch.int8)
+    assert torch.equal(q_native, q_aten)
+    assert torch.equal(s_native, s_aten)
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
+def test_a_row_holding_inf_or_nan_takes_the_aten_kernels(bad: float) -> None:
+    """Its values are whatever the aten kernels make of it (NaN scales), not new ones."""
+    x = torch.randn(4, 30)
+    x[2, 5] = bad
+    assert host_passes.quantize_sym(x, F32_EPS) is None
+    (q_native, s_native), (q_aten, s_aten) = _both(quantize_sym_rows, x)
+    assert torch.equal(q_native, q_aten)
+    torch.testing.assert_close(s_native, s_aten, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    "x",
+    [
+        torch.randn(4, 30, dtype=torch.bfloat16),
+        torch.randn(2, 4, 30),
+        torch.randn(4, 1),
+        torch.randn(30, 4).t(),
+        torch.randn(0, 30),
+    ],
+    ids=["bfloat16", "3-D", "one value a row", "column-major", "no rows"],
+)
+def test_what_the_fused_quantization_does_not_take(x: torch.Tensor) -> None:
+    assert host_passes.quantize_sym(x, F32_EPS) is None
+
+
+def test_a_tracer_sees_the_aten_kernels() -> None:
+    """Under a dispatch mode (make_fx, a flop counter), the fused loop would be invisible."""
+
+    class Record(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Record() as record:
+        q, _ = quantize_sym_rows(torch.randn(4, 30))
+    assert q.dtype == torch.int8
+    assert "aten.round_.default" in record.ops
+
+
+def test_fake_tensors_take_the_aten_kernels() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q, scale = quantize_sym_rows(torch.empty(4, 30))
+    assert (q.shape, scale.shape) == ((4, 30), (4, 1))
+
+
+# -- rescale -----------------------------------------------------------------------------------
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    m=st.integers(1, 6),
+    n=st.integers(1, 40),
+    per_row=st.booleans(),
+    per_column=st.booleans(),
+    with_bias=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_rescale_is_the_golden_model(
+    m: int, n: int, per_row: bool, per_column: bool, with_bias: bool, seed: int
+) -> None:
+    """Any int32 accumulator, by scales per row or for all, per column or for all."""
+    g = torch.Generator().manual_seed(seed)
+    acc = torch.randint(-(2**31), 2**31 - 1, (m, n), dtype=torch.int32, generator=g)
+    a = torch.rand(m if per_row else 1, 1, generator=g) * 1e-3
+    b = torch.rand(n if per_column else 1, generator=g) * 1e-2
+    bias = torch.randn(n, generator=g) if with_bias else None
+    with host_passes.forced("native"):
+        y = numerics.scale_acc(acc, a, b, bias=bias)
+    b_row = b.tolist() * (1 if per_column else n)
+    bias_row = None if bias is None else bias.tolist()
+    want = [
+        golden.scale_row(row, a[i if per_row else 0, 0].item(), b_row, bias_row)
+        for i, row in enumerate(acc.tolist())
+    ]
+    assert y.tolist() == want
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("b_shape", ["[N]", "[1, N]", "[1]"])
+@pytest.mark.parametrize("form", ["int32", "int32 consumed", "float32"])
+def test_rescale_equals_the_aten_kernels_in_the_same_memory(
+    form: str, b_shape: str, bias: bool, threads: int
+) -> None:
+    """A consumed int32 accumulator, and a float32 one, are scaled in their own memory."""
+    g = torch.Generator().manual_seed(5)
+    m, n = 300, 260  # past PARALLEL_MIN_NUMEL
+    acc = torch.randint(-(2**24), 2**24, (m, n), dtype=torch.int32, generator=g)
+    if form == "float32":
+        acc = acc.to(torch.float32)
+    a = torch.rand(m, 1, generator=g)
+    b = torch.rand({"[N]": (n,), "[1, N]": (1, n), "[1]": (1,)}[b_shape], generator=g)
+    c = torch.randn(n, generator=g) if bias else None
+    consume = form != "int32"
+    results = []
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for mode in ("native", "aten"):
+            work = acc.clone()
+            with host_passes.forced(mode):
+                y = numerics.scale_acc(work, a, b, bias=c, consume=consume)
+            assert (y.data_ptr() == work.data_ptr()) == consume
+            results.append(y)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(results[0].view(torch.int32), results[1].view(torch.int32))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (
+            torch.zeros(3, 4, dtype=torch.int32),
+            torch.ones(3, 1, dtype=torch.bfloat16),
+            torch.ones(4),
+        ),
+        (
+            torch.zeros(3, 4, dtype=torch.int32),
+            torch.ones(3, 1),
+            torch.ones(4, dtype=torch.float16),
+        ),
+        (torch.zeros(3, 4, dtype=torch.int32).t(), torch.ones(4, 1), torch.ones(3)),
+        (torch.zeros(3, 4, dtype=torch.int64), torch.ones(3, 1), torch.ones(4)),
+        (torch.zeros(3, 4, dtype=torch.int32), torch.ones(2, 1), torch.ones(4)),
+        (torch.zeros(3, 4, dtype=torch.int32), torch.ones(3, 1), torch.ones(3, 4)),
+    ],
+    ids=[
+        "bfloat16 row scales",
+        "float16 column scales",
+        "transposed",
+        "int64",
+        "2 row scales",
+        "[M, N] scales",
+    ],
+)
+def test_what_the_fused_rescale_does_not_take(args: tuple[torch.Tensor, ...]) -> None:
+    assert host_passes.scale_rows(*args, None, in_place=False) is None
+
+
+def test_parameters_take_the_fused_passes() -> None:
+    """A model's weight (quantized once) and bias are parameters."""
+    w = torch.nn.Parameter(torch.randn(4, 30), requires_grad=False)
+    bias = torch.nn.Parameter(torch.randn(4), requires_grad=False)
+    assert host_passes.quantize_sym(w, F32_EPS) is not None
+    acc = torch.zeros(3, 4, dtype=torch.int32)
+    assert (
+        host_passes.scale_rows(acc, torch.ones(3, 1), torch.ones(4), bias, in_place=False)
+        is not None
+    )
+
+
+def test_a_bias_of_another_dtype_takes_the_aten_kernels() -> None:
+    acc = torch.zeros(3, 4, dtype=torch.int32)
+    bias = torch.ones(4, dtype=torch.bfloat16)
+    assert (
+        host_passes.scale_rows(acc, torch.ones(3, 1), torch.ones(4), bias, in_place=False) is None
+    )
+
+
+# -- choosing and building ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_choice(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """A process's first choice again, with a cache of its own; the real one afterwards."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv(host_passes.ENV_VAR, raising=False)
+    host_passes.reset()
+    yield tmp_path / "asic_backend"
+    monkeypatch.undo()
+    host_passes.reset()
+
+
+def test_the_first_use_builds_once_and_later_processes_load_the_build(fresh_choice: Path) -> None:
+    assert host_passes.mode() == "native"
+    (built,) = fresh_choice.glob("host_passes-*.so")
+    stamp = built.stat().st_mtime_ns
+    assert host_passes.describe().startswith("native (auto: built with ")
+    assert "-ffp-contract=off" in host_passes.describe()
+    host_passes.reset()  # as a new process would
+    assert host_passes.mode() == "native"
+    assert list(fresh_choice.glob("*")) == [built]
+    assert built.stat().st_mtime_ns == stamp
+
+
+@pytest.mark.parametrize(
+    ("env", "describe"),
+    [
+        ({"ASIC_HOST_PASSES": "aten"}, "aten ($ASIC_HOST_PASSES=aten)"),
+        ({"ASIC_HOST_PASSES": " Native "}, "native ($ASIC_HOST_PASSES=native)"),
+        (
+            {"CC": "/nonexistent/cc", "PATH": ""},
+            "aten (auto: no C compiler found ($CC, cc, gcc, clang))",
+        ),
+    ],
+    ids=["aten", "native", "no compiler"],
+)
+def test_the_choice_and_how_it_reads(
+    fresh_choice: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], describe: str
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert host_passes.describe() == describe
+    assert host_passes.mode() == describe.split()[0]
+
+
+def test_a_compiler_that_fails_reads_as_the_reason(
+    fresh_choice: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CC", f"{sys.executable} -c 'import sys; sys.exit(\"cc: no such thing\")'")
+    assert host_passes.mode() == "aten"
+    assert host_passes.describe().startswith("aten (auto: the build failed: ")
+    assert host_passes.describe().endswith(": cc: no such thing)")
+    assert not list(fresh_choice.glob("*.so"))
+    monkeypatch.setenv(host_passes.ENV_VAR, "native")
+    host_passes.reset()
+    with pytest.raises(
+        RuntimeError, match=r"^asic: the native host passes are not available: the build failed: "
+    ):
+        host_passes.mode()
+
+
+def test_a_bad_choice_is_one_line_naming_the_good_ones(
+    fresh_choice: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(host_passes.ENV_VAR, "fast")
+    with pytest.raises(
+        ValueError, match=r"^\$ASIC_HOST_PASSES='fast' is not one of native, aten, auto$"
+    ):
+        host_passes.mode()
+    with (
+        pytest.raises(ValueError, match="unknown host passes 'fast'; known: native, aten"),
+        host_passes.forced("fast"),
+    ):
+        pass
+
+
+def test_forcing_overrides_the_environment(
+    fresh_choice: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(host_passes.ENV_VAR, "aten")
+    with host_passes.forced("native"):
+        assert host_passes.describe() == "native (forced)"
+        assert host_passes.quantize_sym(torch.randn(2, 8), F32_EPS) is not None
+    assert host_passes.quantize_sym(torch.randn(2, 8), F32_EPS) is None
+    assert os.environ[host_passes.ENV_VAR] == "aten"
