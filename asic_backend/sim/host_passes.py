@@ -56,6 +56,7 @@ __all__ = [
     "mode",
     "quantize_sym",
     "reset",
+    "scale_planes",
     "scale_rows",
 ]
 
@@ -208,6 +209,7 @@ def scale_rows(
         y = torch.empty((m, n), dtype=torch.float32)
     else:
         y = acc if acc.dtype == torch.float32 else acc.view(torch.float32)
+    bias_ptr = None if bias is None else bias.data_ptr()
     run(
         acc.data_ptr(),
         m,
@@ -216,7 +218,62 @@ def scale_rows(
         a_step,
         b_scale.data_ptr(),
         b_step,
-        None if bias is None else bias.data_ptr(),
+        bias_ptr,
+        0,
+        1,
+        y.data_ptr(),
+        _threads(acc.numel()),
+    )
+    return y
+
+
+def scale_planes(
+    acc: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, *, out: torch.Tensor | None
+) -> torch.Tensor | None:
+    """A convolution's rescale, ``acc·scale[n, c] + bias[c]`` in float32 (rounded after the
+    product and after the sum), of a contiguous ``[N, C, *size]`` int32 or float32 ``acc`` in
+    one loop a plane: into ``out`` (float32, contiguous, ``acc``'s shape) if given, else in
+    ``acc``'s own memory if float32, else new. ``scale``: float32 ``[N, C, 1, ...]``, contiguous;
+    ``bias``: float32 ``[C]``. None where the fused pass does not apply."""
+    native = _active()
+    if native is None or not _plain(acc) or acc.dim() < 3 or not acc.is_contiguous():
+        return None
+    run = {torch.int32: native.scale_i32, torch.float32: native.scale_f32}.get(acc.dtype)
+    batch, channels = acc.shape[0], acc.shape[1]
+    planes = batch * channels
+    a_step = _step(scale, planes, (batch, channels, *[1] * (acc.dim() - 2)))
+    if run is None or planes == 0 or a_step is None:
+        return None
+    if bias is not None and not (
+        _plain(bias) and bias.dtype == torch.float32 and bias.shape == (channels,)
+    ):
+        return None
+    if out is None:
+        y = acc if acc.dtype == torch.float32 else torch.empty(acc.shape, dtype=torch.float32)
+    elif (
+        _plain(out)
+        and out.dtype == torch.float32
+        and out.shape == acc.shape
+        and out.is_contiguous()
+    ):
+        y = out
+    else:
+        return None
+    # One bias a plane: a [N·C] vector, N·C values (a row of the loop is a plane).
+    bias_rows = None if bias is None else bias.repeat(batch)
+    bias_ptr = None if bias_rows is None else bias_rows.data_ptr()
+    size = acc.numel() // planes
+    run(
+        acc.data_ptr(),
+        planes,
+        size,
+        scale.data_ptr(),
+        a_step,
+        None,
+        0,
+        bias_ptr,
+        1,
+        0,
         y.data_ptr(),
         _threads(acc.numel()),
     )
@@ -377,7 +434,7 @@ def _load(path: Path, built_with: str) -> _Native:
     scales = []
     for name in ("asic_scale_i32", "asic_scale_f32"):
         fn = getattr(lib, name)
-        fn.argtypes = [_P, _I64, _I64, _P, _I64, _P, _I64, _P, _P, _INT]
+        fn.argtypes = [_P, _I64, _I64, _P, _I64, _P, _I64, _P, _I64, _I64, _P, _INT]
         fn.restype = None
         scales.append(fn)
     return _Native(quantize, scales[0], scales[1], built_with)

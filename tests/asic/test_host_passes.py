@@ -379,3 +379,97 @@ def test_forcing_overrides_the_environment(
         assert host_passes.quantize_sym(torch.randn(2, 8), F32_EPS) is not None
     assert host_passes.quantize_sym(torch.randn(2, 8), F32_EPS) is None
     assert os.environ[host_passes.ENV_VAR] == "aten"
+
+
+# -- a convolution's rescale -------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    batch=st.integers(1, 3),
+    channels=st.integers(1, 5),
+    size=st.sampled_from([(7,), (3, 4), (2, 2, 3)]),
+    with_bias=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_a_convolutions_rescale_is_the_golden_model(
+    batch: int, channels: int, size: tuple[int, ...], with_bias: bool, seed: int
+) -> None:
+    """``acc·scale[n, c] + bias[c]``, rounded after each step, for 1-D to 3-D convolutions."""
+    g = torch.Generator().manual_seed(seed)
+    acc = torch.randint(
+        -(2**31), 2**31 - 1, (batch, channels, *size), dtype=torch.int32, generator=g
+    )
+    scale = torch.rand(batch, channels, *[1] * len(size), generator=g) * 1e-5
+    bias = torch.randn(channels, generator=g) if with_bias else None
+    with host_passes.forced("native"):
+        y = host_passes.scale_planes(acc, scale, bias, out=None)
+    assert y is not None
+    plane = acc[0, 0].numel()
+    want = [
+        golden.scale_row(
+            acc[n, c].reshape(-1).tolist(),
+            scale[n, c].item(),
+            [1.0] * plane,  # a product by 1.0 is exact: the two-step formula
+            None if bias is None else [bias[c].item()] * plane,
+        )
+        for n in range(batch)
+        for c in range(channels)
+    ]
+    assert y.reshape(batch * channels, plane).tolist() == want
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("form", ["int32", "float32 in place", "into out"])
+def test_a_convolutions_rescale_equals_the_aten_kernels(
+    form: str, bias: bool, threads: int
+) -> None:
+    """Where ``ops.conv`` puts the result: new (int32), ``acc``'s memory (float32), ``out``."""
+    from asic_backend.ops.conv import _rescale
+
+    g = torch.Generator().manual_seed(9)
+    acc = torch.randint(-(2**24), 2**24, (4, 6, 60, 50), dtype=torch.int32, generator=g)
+    if form != "int32":
+        acc = acc.to(torch.float32)
+    scale = torch.rand(4, 6, 1, 1, generator=g) * 1e-3
+    c = torch.randn(6, generator=g).to(torch.bfloat16) if bias else None  # converted first
+    results = []
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for mode in ("native", "aten"):
+            work = acc.clone()
+            out = torch.empty(acc.shape) if form == "into out" else None
+            with host_passes.forced(mode):
+                y = _rescale(work, scale, c, out=out)
+            assert y.dtype == torch.float32
+            if form == "int32":
+                assert y.data_ptr() != work.data_ptr()
+            else:
+                assert y.data_ptr() == (work if out is None else out).data_ptr()
+            results.append(y)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(results[0].view(torch.int32), results[1].view(torch.int32))
+
+
+@pytest.mark.parametrize(
+    ("acc", "scale", "bias"),
+    [
+        (
+            torch.zeros(2, 3, 4, dtype=torch.int32),
+            torch.ones(2, 3, 1),
+            torch.ones(3, dtype=torch.bfloat16),
+        ),
+        (torch.zeros(2, 3, 4, dtype=torch.int32), torch.ones(2, 3, 4), None),
+        (torch.zeros(2, 3, 4, dtype=torch.int32), torch.ones(3, 2, 1).transpose(0, 1), None),
+        (torch.zeros(2, 4, 3, dtype=torch.int32).transpose(1, 2), torch.ones(2, 3, 1), None),
+        (torch.zeros(2, 12, dtype=torch.int32), torch.ones(2, 1), None),
+    ],
+    ids=["bfloat16 bias", "a scale a value", "strided scales", "strided accumulator", "2-D"],
+)
+def test_what_the_fused_convolution_rescale_does_not_take(
+    acc: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None
+) -> None:
+    assert host_passes.scale_planes(acc, scale, bias, out=None) is None

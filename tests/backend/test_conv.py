@@ -325,6 +325,35 @@ def test_a_batch_in_chunks_of_samples_gives_the_same_bits_and_counts(
     assert device.snapshot() == counted
 
 
+@pytest.mark.parametrize("chunked", [False, True], ids=["whole", "by-chunks"])
+@pytest.mark.parametrize("case", [*CHUNKED, "dense"])
+def test_the_native_host_passes_give_the_aten_kernels_bits_and_counts(
+    device: Device, monkeypatch: pytest.MonkeyPatch, case: str, chunked: bool
+) -> None:
+    """``dyn_conv``'s quantization and rescale, fused or in aten kernels, whole or a chunk of
+    samples at a time (asic_backend.sim.host_passes)."""
+    from asic_backend.ops import conv as conv_ops
+    from asic_backend.sim import host_passes
+
+    dense = ((3, 8, 9, 9), (16, 8, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 1, False, [0, 0])
+    x_shape, w_shape, *geometry = dense if case == "dense" else CHUNKED[case]
+    x, w = torch.randn(x_shape), torch.randn(w_shape)
+    b = torch.randn(w_shape[1] * geometry[3] if geometry[4] else w_shape[0])
+    if chunked:
+        monkeypatch.setattr(numerics, "CHUNK_BYTES", 2 * 4 * math.prod(x_shape[1:]))
+    results = []
+    for mode in host_passes.MODES:
+        device.reset()
+        with host_passes.forced(mode):
+            results.append(
+                (conv_ops.dyn_conv(x, w, b, *geometry, True, device.key), device.snapshot())
+            )
+    (native, native_counts), (aten, aten_counts) = results
+    assert torch.equal(native, aten)
+    assert native_counts == aten_counts
+    assert native_counts.dut_ops >= 1  # one a group
+
+
 @pytest.mark.parametrize(
     ("x_shape", "w_shape", "groups", "kernel", "chunks"),
     [
