@@ -373,6 +373,8 @@ def _float_path(
     values, exact below ``bound`` (the largest |sum| with the bias)."""
     fits_int32 = bound <= numerics.INT32_MAX
     slices = _float32_slices(geo, max_x)
+    if len(slices) > 1 and _one_conv_is_exact(w_q, geo.transposed, max_x):
+        slices = [(0, geo.in_channels)]
     if len(slices) > 1:
         exact = _sliced_float32_conv(x_q, w_q, geo, zp, slices, fits_int32)
     else:
@@ -506,6 +508,31 @@ def _weight_channel_slices(
 
 #: Conv weights as float32 input-channel slices (:func:`_sliced_float32_conv`).
 _channel_slices = new_cache()
+
+
+def _one_conv_is_exact(w_q: torch.Tensor, transposed: bool, max_x: int) -> bool:
+    """Whether one float32 convolution by ``w_q`` is exact for any activations of magnitude at
+    most ``max_x``, however long its reduction: every partial sum of an output channel is at
+    most ``max_x · Σ |w|`` over that channel's weights, in any order, and float32 holds every
+    integer within 2^24 (as :func:`asic_backend.sim.host_gemm.slice_length` reasons for a
+    linear). The worst case geometry allows 1,024 values of K; a quantized layer's weights are
+    mostly far smaller (a ResNet 3×3 of 256 channels, K = 2,304, fits whole: one convolution
+    where slices took three). Kept while ``w_q`` is unchanged."""
+    out_dim = 1 if transposed else 0
+
+    def make() -> bool:
+        sums = w_q.to(torch.int32).abs_().sum(dim=[d for d in range(w_q.dim()) if d != out_dim])
+        # A transposed grouped weight sums every group's channels for an output index: an
+        # upper bound, so still safe.
+        return w_q.numel() == 0 or int(sums.max()) * max_x <= F32_EXACT
+
+    version = stamp(w_q)
+    key = None if version is None else (*version, transposed, max_x)
+    return bool(_one_conv_exact.get(w_q, key, make))
+
+
+#: Whether a conv weight's sums allow one float32 convolution (:func:`_one_conv_is_exact`).
+_one_conv_exact = new_cache()
 
 
 def _float32_slices(geo: ConvGeometry, max_x: int) -> list[tuple[int, int]]:

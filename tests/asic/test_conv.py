@@ -279,6 +279,39 @@ def test_takes_float32_is_where_the_host_convolves_in_float32() -> None:
         assert conv.takes_float32(dense)
 
 
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("weights", ["small", "worst case"])
+def test_a_long_reduction_is_one_float32_conv_where_the_weights_allow(
+    weights: str, transposed: bool
+) -> None:
+    """K = 1,152 is past the 1,024 any int8 operands allow a float32 sum: the worst-case
+    weight (every value -128) is convolved in slices of channels, a quantized layer's smaller
+    one in one convolution. Both exact, on activations of -128 and 127 that make every partial
+    sum as large as it can be."""
+    from unittest import mock
+
+    g = torch.Generator().manual_seed(11)
+    shape = (128, 2, 3, 3) if transposed else (2, 128, 3, 3)
+    if weights == "small":
+        w = torch.randint(-100, 101, shape, dtype=torch.int8, generator=g)
+    else:
+        w = _filled(shape, -128)
+    x = torch.where(torch.rand(1, 128, 4, 4, generator=g) < 0.5, -128, 127).to(torch.int8)
+    x[0, :, 1] = -128
+    geo = ConvGeometry.of(
+        x.shape, w.shape, stride=1, padding=1, dilation=1, groups=1, transposed=transposed
+    )
+    assert geo.reduction > host_gemm.FLOAT32_SLICE
+    spy = mock.patch.object(conv, "_sliced_float32_conv", wraps=conv._sliced_float32_conv)
+    with host_gemm.forced("float32"), spy as sliced:
+        out = conv_i32(x, w, geo)
+    assert sliced.called == (weights == "worst case")
+    expected = golden.conv_i32(
+        x.tolist(), w.tolist(), [1, 1], [(1, 1), (1, 1)], [1, 1], 1, transposed=transposed
+    )
+    assert out.tolist() == expected
+
+
 # -- regressions found by the property tests ----------------------------------------------------
 
 
