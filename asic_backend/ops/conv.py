@@ -30,11 +30,18 @@ import torch
 from torch import Tensor
 
 from asic_backend.ops.library import dut_op
-from asic_backend.ops.linear import Pt2eOutput, pt2e_activation, qlinear_params, quantize_sym_rows
-from asic_backend.sim import host_passes, numerics
+from asic_backend.ops.linear import (
+    F32_EPS,
+    Pt2eOutput,
+    pt2e_activation,
+    qlinear_params,
+    quantize_sym_rows,
+)
+from asic_backend.sim import host_gemm, host_passes, numerics
 from asic_backend.sim.conv import ConvGeometry, conv_out_size, sample_spans, takes_float32
 from asic_backend.sim.device import (
     get_device,
+    record_conv,
     run_conv_i32,
     run_conv_i32_by_chunks,
     run_conv_requant,
@@ -186,6 +193,10 @@ def dyn_conv(
     w_q, w_scale = _conv_weight(w, groups, transposed, cache_weight)
     if xb.numel() == 0:
         return _unbatched(xb.new_zeros(geo.out_shape), unbatched)
+    if _depthwise_2d(geo) and xb.dtype == torch.float32:
+        fused = _fused_depthwise(xb, w_q, w_scale, bias, geo, device)
+        if fused is not None:
+            return _unbatched(fused, unbatched)
     rows = xb.reshape(geo.batch, -1)
     float32 = takes_float32(geo)
     # Where the host convolves in float32, a chunk of samples at a time (sim.conv.sample_spans).
@@ -201,6 +212,38 @@ def dyn_conv(
         x_q.reshape(xb.shape), w_q, geo, device=get_device(device), allow_float32=True
     )
     return _scaled(acc, x_scale, w_scale, bias, x.dtype, unbatched)
+
+
+def _depthwise_2d(geo: ConvGeometry) -> bool:
+    """One filter a channel (MobileNet's 3×3): :func:`host_passes.depthwise_conv` takes it."""
+    return (
+        geo.spatial == 2
+        and not geo.transposed
+        and geo.groups == geo.in_channels == geo.out_channels
+    )
+
+
+def _fused_depthwise(
+    xb: Tensor, w_q: Tensor, w_scale: Tensor, bias: Tensor | None, geo: ConvGeometry, device: str
+) -> Tensor | None:
+    """:func:`dyn_conv` of a depthwise 2-D convolution in one native loop a plane (quantize,
+    convolve, rescale: the same values), recorded on the device as any convolution; None where
+    the fused loop does not apply."""
+    fused = host_passes.depthwise_conv(
+        xb,
+        host_gemm.float_weight(w_q, torch.float32),
+        w_scale,
+        None if bias is None else bias.to(torch.float32),
+        stride=(geo.stride[0], geo.stride[1]),
+        padding=(geo.padding[0], geo.padding[1]),
+        dilation=(geo.dilation[0], geo.dilation[1]),
+        out_size=(geo.out_size[0], geo.out_size[1]),
+        eps=F32_EPS,
+    )
+    if fused is None:
+        return None
+    record_conv(geo, device=get_device(device))
+    return fused[0]
 
 
 def _dyn_conv_by_chunks(

@@ -476,8 +476,16 @@ def run_conv_i32(
         acc_overflow=device.config.acc_overflow,
         allow_float32=allow_float32,
     )
-    device.record_gemm(device.conv_cost(geo, out_bytes), count=geo.groups, family="conv")
+    record_conv(geo, device=device, out_bytes=out_bytes)
     return acc
+
+
+def record_conv(geo: ConvGeometry, *, device: Device, out_bytes: int = ACC_BYTES) -> None:
+    """Record the convolution ``geo`` on ``device`` (one GEMM per group), for a caller that
+    computed its exact accumulator itself, with its quantization and rescale fused around it
+    (:func:`asic_backend.sim.host_passes.depthwise_conv`): what :func:`run_conv_i32` records."""
+    _check_device(device)
+    device.record_gemm(device.conv_cost(geo, out_bytes), count=geo.groups, family="conv")
 
 
 def run_conv_i32_by_chunks(

@@ -7,6 +7,9 @@
  * when the caller asks for more than one (the runtime is torch's own: same soname, loaded). */
 #include <stdint.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* 1.5 * 2^23: (v + ROUNDER) - ROUNDER is v rounded half to even (torch.round), for |v| < 2^22
  * under the default rounding mode. */
@@ -123,3 +126,117 @@ int64_t asic_quantize_sym_f32(const float *x, int64_t rows, int64_t k, int64_t x
 
 SCALE_ROWS(asic_scale_i32, int32_t)
 SCALE_ROWS(asic_scale_f32, float)
+
+/* A depthwise 2-D convolution with its quantization and rescale fused, a plane at a time: x
+ * float32 [n, c, h, w] (contiguous) is quantized per sample as asic_quantize_sym_f32 does it
+ * (scales into x_scale[n]), each plane into a zero-padded buffer, convolved with its channel's
+ * int8 weights wq [c, kh, kw] (as float32), and rescaled: y = acc * (x_scale[n] * w_scale[c])
+ * (+ bias[c]), each step rounded to float32, as ops.conv rescales an accumulator. The sums are
+ * exact in float32 in any order: kh * kw <= 1024 products of at most 2^14 (the caller checks).
+ * Padding pt (top) and pl (left); the output's size oh x ow; scratch: threads buffers of
+ * ((oh - 1) * sh + (kh - 1) * dh + 1) * ((ow - 1) * sw + (kw - 1) * dw + 1) + ow floats, one a
+ * thread. Returns the number of samples holding inf or NaN (then nothing after the scales is
+ * written). */
+int64_t asic_depthwise_f32(const float *x, int64_t n, int64_t c, int64_t h, int64_t w,
+                           const float *wq, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
+                           int64_t dh, int64_t dw, int64_t pt, int64_t pl, int64_t oh,
+                           int64_t ow, const float *w_scale, const float *bias, float eps,
+                           float *x_scale, float *y, float *scratch, int threads) {
+    const int64_t plane = h * w;
+    int64_t bad = 0;
+#pragma omp parallel for num_threads(threads) reduction(+ : bad) if (threads > 1)
+    for (int64_t s = 0; s < n; s++) {
+        const float *xs = x + s * c * plane;
+        uint32_t top = 0;
+        for (int64_t i = 0; i < c * plane; i++) {
+            uint32_t b = abs_bits(xs[i]);
+            top = b > top ? b : top;
+        }
+        if (top >= INF_BITS) {
+            bad += 1;
+            continue;
+        }
+        float amax;
+        memcpy(&amax, &top, sizeof amax);
+        float scale = amax / 127.5f;
+        x_scale[s] = scale < eps ? eps : scale;
+    }
+    if (bad) return bad;
+    /* The padded rows and columns the output reads (bottom and right padding included). */
+    const int64_t hp = (oh - 1) * sh + (kh - 1) * dh + 1;
+    const int64_t wp = (ow - 1) * sw + (kw - 1) * dw + 1;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+#ifdef _OPENMP
+        float *buf = scratch + (int64_t)omp_get_thread_num() * (hp * wp + ow);
+#else
+        float *buf = scratch;
+#endif
+        float *acc = buf + hp * wp;
+#pragma omp for
+        for (int64_t p = 0; p < n * c; p++) {
+            const int64_t s = p / c, ch = p % c;
+            const float *xp = x + p * plane;
+            const float recip = 1.0f / x_scale[s];
+            const float out_scale = x_scale[s] * w_scale[ch];
+            const float *wc = wq + ch * kh * kw;
+            float *yp = y + p * oh * ow;
+            memset(buf, 0, sizeof(float) * (size_t)(hp * wp));
+            for (int64_t r = 0; r < h && r + pt < hp; r++) {
+                float *dst = buf + (r + pt) * wp + pl;
+                const float *src = xp + r * w;
+                const int64_t cols = w < wp - pl ? w : wp - pl;
+                for (int64_t i = 0; i < cols; i++) {
+                    float v = src[i] * recip;
+                    v = v < -128.0f ? -128.0f : v;
+                    v = v > 127.0f ? 127.0f : v;
+                    dst[i] = (v + ROUNDER) - ROUNDER;
+                }
+            }
+            if (kh == 3 && kw == 3 && sh == 1 && sw == 1 && dh == 1 && dw == 1) {
+                /* MobileNet's 3x3: the nine products of an output summed in registers. */
+                const float w0 = wc[0], w1 = wc[1], w2 = wc[2], w3 = wc[3], w4 = wc[4];
+                const float w5 = wc[5], w6 = wc[6], w7 = wc[7], w8 = wc[8];
+                const float bc = bias ? bias[ch] : 0.0f;
+                for (int64_t i = 0; i < oh; i++) {
+                    const float *r0 = buf + i * wp, *r1 = r0 + wp, *r2 = r1 + wp;
+                    float *out = yp + i * ow;
+#pragma GCC ivdep
+                    for (int64_t j = 0; j < ow; j++) {
+                        float v = r0[j] * w0 + r0[j + 1] * w1 + r0[j + 2] * w2 + r1[j] * w3 +
+                                  r1[j + 1] * w4 + r1[j + 2] * w5 + r2[j] * w6 +
+                                  r2[j + 1] * w7 + r2[j + 2] * w8;
+                        v = v * out_scale;
+                        out[j] = bias ? v + bc : v;
+                    }
+                }
+                continue;
+            }
+            for (int64_t i = 0; i < oh; i++) {
+                for (int64_t j = 0; j < ow; j++) acc[j] = 0.0f;
+                for (int64_t a = 0; a < kh; a++) {
+                    const float *row = buf + (i * sh + a * dh) * wp;
+                    for (int64_t b = 0; b < kw; b++) {
+                        const float wv = wc[a * kw + b];
+                        const float *base = row + b * dw;
+                        if (sw == 1) {
+#pragma GCC ivdep
+                            for (int64_t j = 0; j < ow; j++) acc[j] += base[j] * wv;
+                        } else {
+#pragma GCC ivdep
+                            for (int64_t j = 0; j < ow; j++) acc[j] += base[j * sw] * wv;
+                        }
+                    }
+                }
+                float *out = yp + i * ow;
+                if (bias) {
+                    const float bc = bias[ch];
+                    for (int64_t j = 0; j < ow; j++) out[j] = (acc[j] * out_scale) + bc;
+                } else {
+                    for (int64_t j = 0; j < ow; j++) out[j] = acc[j] * out_scale;
+                }
+            }
+        }
+    }
+    return 0;
+}

@@ -48,9 +48,11 @@ import torch
 from asic_backend.sim import host_gemm
 
 __all__ = [
+    "DEPTHWISE_MAX_TAPS",
     "ENV_VAR",
     "MODES",
     "PARALLEL_MIN_NUMEL",
+    "depthwise_conv",
     "describe",
     "forced",
     "mode",
@@ -88,6 +90,7 @@ class _Native(NamedTuple):
     quantize_sym_f32: Callable[..., Any]
     scale_i32: Callable[..., Any]
     scale_f32: Callable[..., Any]
+    depthwise_f32: Callable[..., Any]
     built_with: str
 
 
@@ -280,6 +283,66 @@ def scale_planes(
     return y
 
 
+#: The largest kernel area :func:`depthwise_conv` takes: its float32 sums of at most this many
+#: products of 2^14 stay within 2^24, exact in any order.
+DEPTHWISE_MAX_TAPS = 1024
+
+
+def depthwise_conv(
+    x: torch.Tensor,
+    w_f32: torch.Tensor,
+    w_scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    *,
+    stride: tuple[int, int],
+    padding: tuple[tuple[int, int], tuple[int, int]],
+    dilation: tuple[int, int],
+    out_size: tuple[int, int],
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A depthwise 2-D convolution's whole host side in one loop a plane: ``x`` (float32
+    ``[N, C, H, W]``, contiguous) quantized per sample as :func:`quantize_sym` quantizes its
+    rows, each channel convolved with its int8 weights ``w_f32`` (float32 ``[C, 1, kh, kw]``,
+    contiguous, holding the int8 values), the exact sums rescaled by ``x_scale[n]·w_scale[c]``
+    and ``bias[c]`` (float32 ``[C]``) as ``ops.conv`` rescales an accumulator. Returns
+    ``(y [N, C, *out_size], x_scale [N, 1])``, or None where it does not apply: the caller runs
+    the quantization, the convolution and the rescale apart, with the same values. Each plane's
+    quantized values stay in the CPU's caches from quantization to rescale, where apart they
+    make three passes over memory."""
+    native = _active()
+    if native is None or not _plain(x) or x.dtype != torch.float32 or x.dim() != 4:
+        return None
+    n, c, h, w = x.shape
+    kh, kw = w_f32.shape[2:]
+    if n == 0 or c == 0 or not x.is_contiguous() or kh * kw > DEPTHWISE_MAX_TAPS:
+        return None
+    if not (
+        _plain(w_f32)
+        and w_f32.dtype == torch.float32
+        and tuple(w_f32.shape) == (c, 1, kh, kw)
+        and w_f32.is_contiguous()
+        and _step(w_scale, c, (c,)) == 1
+    ):
+        return None
+    if bias is not None and not (
+        _plain(bias) and bias.dtype == torch.float32 and bias.shape == (c,) and bias.is_contiguous()
+    ):
+        return None
+    (sh, sw), ((pt, _), (pl, _)), (dh, dw), (oh, ow) = stride, padding, dilation, out_size
+    threads = _threads(x.numel())
+    padded = ((oh - 1) * sh + (kh - 1) * dh + 1) * ((ow - 1) * sw + (kw - 1) * dw + 1)
+    scratch = torch.empty(threads * (padded + ow), dtype=torch.float32)
+    y = torch.empty((n, c, oh, ow), dtype=torch.float32)
+    x_scale = torch.empty((n, 1), dtype=torch.float32)
+    bias_ptr = None if bias is None else bias.data_ptr()
+    bad = native.depthwise_f32(
+        x.data_ptr(), n, c, h, w, w_f32.data_ptr(), kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
+        w_scale.data_ptr(), bias_ptr, eps, x_scale.data_ptr(), y.data_ptr(), scratch.data_ptr(),
+        threads,
+    )  # fmt: skip
+    return None if bad else (y, x_scale)
+
+
 # -- when the fused passes apply ------------------------------------------------------------------
 
 
@@ -437,4 +500,19 @@ def _load(path: Path, built_with: str) -> _Native:
         fn.argtypes = [_P, _I64, _I64, _P, _I64, _P, _I64, _P, _I64, _I64, _P, _INT]
         fn.restype = None
         scales.append(fn)
-    return _Native(quantize, scales[0], scales[1], built_with)
+    depthwise = lib.asic_depthwise_f32
+    depthwise.argtypes = [
+        _P,
+        *[_I64] * 4,
+        _P,
+        *[_I64] * 10,
+        _P,
+        _P,
+        ctypes.c_float,
+        _P,
+        _P,
+        _P,
+        _INT,
+    ]
+    depthwise.restype = _I64
+    return _Native(quantize, scales[0], scales[1], depthwise, built_with)

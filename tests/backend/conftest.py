@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
+from asic_backend.sim import host_passes
 from asic_backend.sim.device import Device, get_device
 
 
@@ -38,3 +39,12 @@ def fresh_host_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
     from asic_backend import notices
 
     monkeypatch.setattr(notices, "_said", set())
+
+
+@pytest.fixture
+def aten_passes() -> Iterator[None]:
+    """The host passes in aten kernels (asic_backend.sim.host_passes): for a test of their
+    mechanics (chunks of rows or samples, reused buffers), which the native passes, a row or a
+    plane at a time whatever the size, do not have."""
+    with host_passes.forced("aten"):
+        yield

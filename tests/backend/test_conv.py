@@ -257,6 +257,7 @@ def test_pt2e_transposed_convolutions(device: Device) -> None:
     assert site.reason.startswith("per-channel weights along axis 0, which the layer sums over")
 
 
+@pytest.mark.usefixtures("aten_passes")
 def test_a_depthwise_conv_quantizes_into_one_reused_float32_buffer(device: Device) -> None:
     """The host convolves a depthwise conv in float32, so the quantized activations go to it as
     float32 in one buffer reused from call to call (no int8 tensor and conversion back, no fresh
@@ -295,6 +296,7 @@ CHUNKED = {
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("case", list(CHUNKED))
+@pytest.mark.usefixtures("aten_passes")
 def test_a_batch_in_chunks_of_samples_gives_the_same_bits_and_counts(
     device: Device, monkeypatch: pytest.MonkeyPatch, case: str, dtype: torch.dtype, bias: bool
 ) -> None:
@@ -352,6 +354,116 @@ def test_the_native_host_passes_give_the_aten_kernels_bits_and_counts(
     assert torch.equal(native, aten)
     assert native_counts == aten_counts
     assert native_counts.dut_ops >= 1  # one a group
+
+
+# (x, kernel, stride, padding [top, bottom, left, right], dilation): depthwise 2-D convolutions,
+# fused into one native loop a plane (asic_backend.sim.host_passes.depthwise_conv).
+DEPTHWISE = {
+    "3x3": ((2, 6, 9, 11), (3, 3), [1, 1], [1, 1, 1, 1], [1, 1]),
+    "3x3-strided": ((3, 4, 10, 9), (3, 3), [2, 2], [1, 1, 1, 1], [1, 1]),
+    "5x5-dilated": ((1, 5, 13, 12), (5, 5), [1, 1], [4, 4, 4, 4], [2, 2]),
+    "1x7-asymmetric": ((2, 3, 6, 17), (1, 7), [1, 3], [0, 2, 3, 1], [1, 1]),
+    "unpadded-strided": ((2, 4, 8, 8), (2, 2), [2, 1], [0, 0, 0, 0], [1, 3]),
+    "padding-past-the-input": ((1, 2, 3, 3), (3, 3), [1, 1], [5, 4, 6, 3], [1, 1]),
+    "wide-two-threads": ((4, 16, 40, 40), (3, 3), [1, 1], [1, 1, 1, 1], [1, 1]),
+}
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+@pytest.mark.parametrize("case", list(DEPTHWISE))
+def test_a_fused_depthwise_conv_gives_the_aten_kernels_bits_and_counts(
+    device: Device, case: str, bias: bool
+) -> None:
+    """Quantized, convolved and rescaled a plane at a time, against the three steps apart."""
+    from unittest import mock
+
+    from asic_backend.ops import conv as conv_ops
+    from asic_backend.sim import host_passes
+
+    x_shape, kernel, stride, padding, dilation = DEPTHWISE[case]
+    g = torch.Generator().manual_seed(len(case))
+    channels = x_shape[1]
+    x = torch.randn(x_shape, generator=g) * 3
+    w = torch.randn(channels, 1, *kernel, generator=g)
+    b = torch.randn(channels, generator=g) if bias else None
+    args = (x, w, b, stride, padding, dilation, channels, False, [0, 0], True, device.key)
+    results = []
+    real = host_passes.depthwise_conv
+    fused: list[tuple[str, bool]] = []
+
+    def watch(*a: Any, **k: Any) -> Any:
+        fused.append((host_passes.mode(), (out := real(*a, **k)) is not None))
+        return out
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for mode in host_passes.MODES:
+            device.reset()
+            with host_passes.forced(mode), mock.patch.object(host_passes, "depthwise_conv", watch):
+                y = conv_ops.dyn_conv(*args)
+            results.append((y, device.snapshot()))
+    finally:
+        torch.set_num_threads(before)
+    assert fused == [("native", True), ("aten", False)]
+    (native, native_counts), (aten, aten_counts) = results
+    assert native.shape == aten.shape
+    assert torch.equal(native, aten)
+    assert native_counts == aten_counts
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+def test_a_depthwise_sample_holding_inf_or_nan_takes_the_aten_kernels(
+    device: Device, bad: float
+) -> None:
+    from asic_backend.ops import conv as conv_ops
+    from asic_backend.sim import host_passes
+
+    x, w = torch.randn(2, 4, 6, 6), torch.randn(4, 1, 3, 3)
+    x[1, 2, 3, 3] = bad
+    args = (x, w, None, [1, 1], [1, 1, 1, 1], [1, 1], 4, False, [0, 0], True, device.key)
+    with host_passes.forced("native"):
+        native = conv_ops.dyn_conv(*args)
+    with host_passes.forced("aten"):
+        aten = conv_ops.dyn_conv(*args)
+    torch.testing.assert_close(native, aten, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    "what",
+    ["bfloat16", "channels-last", "two filters a channel", "kernel of 1,089 taps", "transposed"],
+)
+def test_what_the_fused_depthwise_conv_does_not_take(device: Device, what: str) -> None:
+    """Each goes the separate steps' way (same values: the aten kernels' route is tested)."""
+    from unittest import mock
+
+    from asic_backend.ops import conv as conv_ops
+    from asic_backend.sim import host_passes
+
+    x, w = torch.randn(2, 4, 6, 6), torch.randn(4, 1, 3, 3)
+    groups, transposed = 4, False
+    if what == "bfloat16":
+        x = x.to(torch.bfloat16)
+    elif what == "channels-last":
+        x = x.to(memory_format=torch.channels_last)
+    elif what == "two filters a channel":
+        w = torch.randn(8, 1, 3, 3)
+    elif what == "kernel of 1,089 taps":
+        x, w = torch.randn(1, 2, 40, 40), torch.randn(2, 1, 33, 33)
+        groups = 2
+    else:
+        w, transposed = torch.randn(4, 1, 3, 3), True
+    args = (x, w, None, [1, 1], [1, 1, 1, 1], [1, 1], groups, transposed, [0, 0], True, device.key)
+    real = host_passes.depthwise_conv
+    returned: list[object] = []
+
+    def watch(*a: Any, **k: Any) -> Any:
+        returned.append(result := real(*a, **k))
+        return result
+
+    with mock.patch.object(host_passes, "depthwise_conv", watch):
+        conv_ops.dyn_conv(*args)
+    assert returned in ([], [None])
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,7 +13,7 @@ import asic_backend.lower.accounting
 import asic_backend.ops.attention
 import asic_backend.ops.conv  # noqa: F401  (the asic:: ops checked here)
 from asic_backend.ops import linear as quant_ops
-from asic_backend.sim import host_passes, numerics
+from asic_backend.sim import numerics
 from asic_backend.sim.device import Device, HostFallback, HostFallbackStats, get_device
 
 ops = torch.ops.asic
@@ -201,14 +200,6 @@ def test_activation_quantization_is_torchao_bit_exact(
     assert torch.equal(scale_t, ref_scale.reshape(m, 1))
     assert torch.equal(zp, ref_zp.reshape(m, 1).to(torch.int32))
     assert torch.equal(q, ref_q)
-
-
-@pytest.fixture
-def aten_passes() -> Iterator[None]:
-    """The aten kernels' passes: the chunks of rows are theirs (the native passes go a row at a
-    time, whatever the size)."""
-    with host_passes.forced("aten"):
-        yield
 
 
 def _by_chunks_of_rows(monkeypatch: pytest.MonkeyPatch) -> None:
