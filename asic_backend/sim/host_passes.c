@@ -5,6 +5,7 @@
  *
  * The loops are plain C that compilers vectorize (-O3); rows are shared among OpenMP threads
  * when the caller asks for more than one (the runtime is torch's own: same soname, loaded). */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -46,7 +47,8 @@ static int quantize_row(const float *x, int64_t k, int8_t *q, float *q_f32, floa
             float v = x[i] * recip;
             v = v < -128.0f ? -128.0f : v;
             v = v > 127.0f ? 127.0f : v;
-            q_f32[i] = (v + ROUNDER) - ROUNDER;
+            /* The sign too: torch.round keeps -0.0 (-0.25 rounds to -0.0), the trick gives +0. */
+            q_f32[i] = copysignf((v + ROUNDER) - ROUNDER, v);
         }
     } else {
         for (int64_t i = 0; i < k; i++) {
@@ -203,7 +205,8 @@ int64_t asic_depthwise_f32(const float *x, int64_t n, int64_t c, int64_t h, int6
                     float *out = yp + i * ow;
 #pragma GCC ivdep
                     for (int64_t j = 0; j < ow; j++) {
-                        float v = r0[j] * w0 + r0[j + 1] * w1 + r0[j + 2] * w2 + r1[j] * w3 +
+                        /* From +0, as the separate convolution's sums start: a zero sum is +0. */
+                        float v = 0.0f + r0[j] * w0 + r0[j + 1] * w1 + r0[j + 2] * w2 + r1[j] * w3 +
                                   r1[j + 1] * w4 + r1[j + 2] * w5 + r2[j] * w6 +
                                   r2[j + 1] * w7 + r2[j + 2] * w8;
                         v = v * out_scale;

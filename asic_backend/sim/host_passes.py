@@ -32,6 +32,7 @@ import contextlib
 import ctypes
 import functools
 import hashlib
+import math
 import os
 import platform
 import shlex
@@ -70,10 +71,17 @@ ENV_VAR = "ASIC_HOST_PASSES"
 #: them costs more than they save.
 PARALLEL_MIN_NUMEL = 1 << 16
 
-#: Always: IEEE float32 in the source's order (no fused multiply-add: it rounds once where the
-#: aten formula rounds twice); an int32 accumulator rescaled in its own memory is read through
-#: one pointer type and written through another.
-_BASE_FLAGS = ("-O3", "-ffp-contract=off", "-fno-strict-aliasing", "-fPIC", "-shared")
+#: Always: IEEE float32 in the source's order (no fast math, whatever ``$CC`` says, and no fused
+#: multiply-add: it rounds once where the aten formula rounds twice); an int32 accumulator
+#: rescaled in its own memory is read through one pointer type and written through another.
+_BASE_FLAGS = (
+    "-O3",
+    "-fno-fast-math",
+    "-ffp-contract=off",
+    "-fno-strict-aliasing",
+    "-fPIC",
+    "-shared",
+)
 #: Tried in order; the first that builds is used (a compiler may lack OpenMP or -march=native).
 _OPTIONAL_FLAGS = (("-march=native", "-fopenmp"), ("-fopenmp",), ("-march=native",), ())
 _SOURCE = "host_passes.c"
@@ -354,12 +362,17 @@ def _active() -> _Native | None:
 
 def _plain(t: torch.Tensor) -> bool:
     """A CPU tensor with storage (a parameter too), outside any tracing: another subclass
-    (fake, functional) or a dispatch mode (a tracer records aten ops; the fused loop would be
-    unseen) takes the aten kernels."""
+    (fake, functional), a wrapper, or a dispatch mode (a tracer records aten ops; the fused
+    loop would be unseen) takes the aten kernels."""
     return (
         type(t) in _PLAIN_TYPES
         and t.device.type == "cpu"
         and torch._C._len_torch_dispatch_stack() == 0
+        # Wrappers of a plain type: functionalization's (no data of its own: a null pointer),
+        # vmap's and grad's (no storage), and a JIT trace (it would record constants).
+        and not torch._is_functional_tensor(t)
+        and not torch._C._functorch.is_functorch_wrapped_tensor(t)
+        and not torch._C._get_tracing_state()
     )
 
 
@@ -409,7 +422,15 @@ def _require_native() -> None:
 
 @functools.cache
 def _build() -> _Build:
-    """Load the native passes, building them first if this machine has no copy yet."""
+    """Load the native passes, building them first if this machine has no copy yet; a failure
+    of any kind is the reason the aten kernels run (or, asked for native, the error)."""
+    try:
+        return _try_build()
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        return _Build(None, f"{type(exc).__name__}: {exc}")
+
+
+def _try_build() -> _Build:
     compiler = _compiler()
     if compiler is None:
         return _Build(None, "no C compiler found ($CC, cc, gcc, clang)")
@@ -429,6 +450,10 @@ def _build() -> _Build:
         except OSError as exc:
             errors.append(f"{target}: {exc}")
             continue
+        wrong = _self_check(native)
+        if wrong:
+            errors.append(f"{shlex.join([*compiler, *flags])}: its self-check failed ({wrong})")
+            continue
         return _Build(native, f"built with {native.built_with}")
     return _Build(None, f"the build failed: {errors[0]}")
 
@@ -444,18 +469,21 @@ def _compiler() -> list[str] | None:
 
 
 def _cache_dir() -> Path:
+    """The user's cache, else a directory of this user's own in the temporary directory (made
+    private, and trusted only if it is: a library loaded from it runs as this user)."""
     root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    for path in (
-        Path(root) / "asic_backend",
-        Path(tempfile.gettempdir()) / f"asic_backend-{os.getuid()}",
-    ):
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            continue
-        if os.access(path, os.W_OK):
-            return path
-    raise RuntimeError("asic: no writable directory for the native host passes")
+    home = Path(root) / "asic_backend"
+    with contextlib.suppress(OSError):
+        home.mkdir(parents=True, exist_ok=True)
+        if os.access(home, os.W_OK):
+            return home
+    private = Path(tempfile.gettempdir()) / f"asic_backend-{os.getuid()}"
+    with contextlib.suppress(OSError):
+        private.mkdir(mode=0o700, exist_ok=True)
+        info = private.stat()
+        if info.st_uid == os.getuid() and not info.st_mode & 0o022:
+            return private
+    raise RuntimeError("no writable cache directory of this user's for the native host passes")
 
 
 def _key(source: bytes, compiler: list[str], flags: tuple[str, ...]) -> str:
@@ -486,6 +514,34 @@ def _compile(
             lines = (run.stderr or run.stdout).strip().splitlines() or [f"exit {run.returncode}"]
             return f"{shlex.join(command)}: {lines[0]}"
         os.replace(built, target)
+    return None
+
+
+#: A row whose maximum, 127.5, makes the scale exactly 1: every value is its own
+#: ``x · (1/scale)``, so the rounding is seen bare: halves to even, the signs of zeros, the
+#: clamp at both ends. The expected int8 and float32 results are the aten kernels'.
+_CHECK_ROW = (127.5, -127.5, 0.5, -0.5, 1.5, 2.5, -2.5, -0.0, -0.25, 3.49999976, 126.5, -1e-45)
+_CHECK_Q = (127, -128, 0, 0, 2, 2, -2, 0, 0, 3, 126, 0)
+_CHECK_Q_F32 = (127.0, -128.0, 0.0, -0.0, 2.0, 2.0, -2.0, -0.0, -0.0, 3.0, 126.0, -0.0)
+
+
+def _self_check(native: _Native) -> str | None:
+    """What the build gets wrong of :data:`_CHECK_ROW`'s quantization (a compiler that folds
+    ``(v + 1.5·2^23) - 1.5·2^23`` or rounds otherwise), or None."""
+    x = torch.tensor([_CHECK_ROW], dtype=torch.float32)
+    k = x.shape[1]
+    q = torch.empty((1, k), dtype=torch.int8)
+    q_f32 = torch.empty((1, k), dtype=torch.float32)
+    scale = torch.empty((1, 1), dtype=torch.float32)
+    native.quantize_sym_f32(x.data_ptr(), 1, k, k, q.data_ptr(), None, scale.data_ptr(), 1e-7, 1)
+    native.quantize_sym_f32(
+        x.data_ptr(), 1, k, k, None, q_f32.data_ptr(), scale.data_ptr(), 1e-7, 1
+    )
+    if scale.item() != 1.0 or tuple(q[0].tolist()) != _CHECK_Q:
+        return f"int8 {q[0].tolist()}, scale {scale.item()}"
+    got = [(v, math.copysign(1.0, v)) for v in q_f32[0].tolist()]
+    if got != [(v, math.copysign(1.0, v)) for v in _CHECK_Q_F32]:
+        return f"float32 {q_f32[0].tolist()}"
     return None
 
 

@@ -547,7 +547,9 @@ def scale_acc(
             [ 2.5000,  0.0000]])
     """
     if acc.dim() == 2 and isinstance(a_scale, torch.Tensor):
-        in_place = consume or acc.dtype == torch.float32
+        # In acc's memory exactly where the aten kernels below would put it too.
+        large = acc.numel() >= CAST_FIRST_MIN_NUMEL
+        in_place = consume or (large and acc.dtype == torch.float32)
         fused = host_passes.scale_rows(acc, a_scale, b_scale, bias, in_place=in_place)
         if fused is not None:
             return fused

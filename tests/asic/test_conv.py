@@ -312,6 +312,34 @@ def test_a_long_reduction_is_one_float32_conv_where_the_weights_allow(
     assert out.tolist() == expected
 
 
+@pytest.mark.parametrize(
+    ("total", "zp", "one_conv"),
+    [(2**17, 0, True), (2**17 + 1, 0, False), (65_793, -128, True), (65_794, -128, False)],
+    ids=["at-2^24", "past-2^24", "zero-point-at", "zero-point-past"],
+)
+def test_one_float32_conv_takes_weights_up_to_the_bound_exactly(
+    total: int, zp: int, one_conv: bool
+) -> None:
+    """``max |x| · Σ |w|`` at 2^24 is one convolution, one more is slices: max |x| is 128, or
+    255 with a zero-point of -128, and activations at it reach the bound in every window."""
+    from unittest import mock
+
+    w = torch.zeros(2, 128, 3, 3, dtype=torch.int8)
+    flat = w[0].view(-1)
+    flat[: total // 128] = -128
+    flat[total // 128] = -(total % 128)  # every weight of one sign: no window cancels
+    w[1] = w[0].flip(0)
+    x = torch.full((1, 128, 3, 3), 127 if zp else -128, dtype=torch.int8)
+    geo = ConvGeometry.of(x.shape, w.shape, stride=1, padding=1, dilation=1, groups=1)
+    spy = mock.patch.object(conv, "_sliced_float32_conv", wraps=conv._sliced_float32_conv)
+    with host_gemm.forced("float32"), spy as sliced:
+        out = conv_i32(x, w, geo, a_zp=zp)
+    assert sliced.called == (not one_conv)
+    expected = golden.conv_i32(x.tolist(), w.tolist(), [1, 1], [(1, 1), (1, 1)], [1, 1], 1, a_zp=zp)
+    assert out.tolist() == expected
+    assert max(abs(v) for v in out.flatten().tolist()) == (255 if zp else 128) * total
+
+
 # -- regressions found by the property tests ----------------------------------------------------
 
 

@@ -4,8 +4,11 @@ build, its cache and its failures, each with one clear line."""
 
 from __future__ import annotations
 
+import itertools
 import os
+import stat
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -121,8 +124,66 @@ def test_quantization_equals_the_aten_kernels(form: str, threads: int) -> None:
     finally:
         torch.set_num_threads(before)
     assert q_native.dtype == (torch.float32 if form == "float32 out" else torch.int8)
-    assert torch.equal(q_native, q_aten)
+    assert torch.equal(_bits(q_native), _bits(q_aten))  # the float32 zeros' signs too
     assert torch.equal(s_native, s_aten)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.int32) if t.dtype == torch.float32 else t
+
+
+def test_float32_quantization_keeps_the_sign_of_zero() -> None:
+    """torch.round gives -0.0 for -0.25; the float32 kernel's GEMM reads the quantized values
+    as they are, so the native pass gives -0.0 too."""
+    x = torch.tensor([[127.5, -0.25, -0.0, 0.25, -0.5, 0.5, -1e-30, -127.5]])
+    (q_native, _), (q_aten, _) = _both(lambda t: quantize_sym_rows(t, out=torch.empty(t.shape)), x)
+    assert q_aten[0, 1].item() == 0.0
+    assert str(q_aten[0, 1].item()) == "-0.0"
+    assert torch.equal(_bits(q_native), _bits(q_aten))
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+@pytest.mark.parametrize("wrapper", ["functionalize", "vmap", "jit.trace"])
+def test_wrapped_tensors_take_the_aten_kernels(wrapper: str) -> None:
+    """A wrapper's tensor is a plain ``torch.Tensor`` to ``type()``: functionalization's has no
+    data of its own (its pointer is null), vmap's no storage, and a JIT trace records the aten
+    ops it sees (a fused loop would leave constants in the traced graph)."""
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(4, 30, generator=g)
+    later = torch.randn(4, 30, generator=g) * 5
+
+    def scales(t: torch.Tensor) -> torch.Tensor:
+        return quantize_sym_rows(t)[1]
+
+    with host_passes.forced("native"):
+        if wrapper == "functionalize":
+            got = torch.func.functionalize(scales)(later)
+        elif wrapper == "vmap":
+            got = torch.vmap(lambda row: scales(row.unsqueeze(0)))(later)
+        else:
+            got = torch.jit.trace(scales, x)(later)
+    with host_passes.forced("aten"):
+        want = scales(later)
+    assert torch.equal(got.reshape(want.shape), want)
+
+
+def test_rescale_aliases_its_accumulator_exactly_where_the_aten_kernels_do() -> None:
+    """Small or large, int32 or float32: not consumed, where the aten kernels would; consumed
+    (the caller's to give up), always, where the aten kernels may not."""
+    for numel_rows, dtype, consume in itertools.product(
+        (3, 3000), (torch.int32, torch.float32), (False, True)
+    ):
+        acc = torch.randint(-1000, 1000, (numel_rows, 64), dtype=torch.int32).to(dtype)
+        aliased = []
+        for mode in host_passes.MODES:
+            work = acc.clone()
+            with host_passes.forced(mode):
+                y = numerics.scale_acc(
+                    work, torch.rand(numel_rows, 1), torch.rand(64), consume=consume
+                )
+            aliased.append(y.data_ptr() == work.data_ptr())
+        native, aten = aliased
+        assert native == (consume or aten), (numel_rows, dtype, consume)
 
 
 @pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
@@ -473,3 +534,32 @@ def test_what_the_fused_convolution_rescale_does_not_take(
     acc: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None
 ) -> None:
     assert host_passes.scale_planes(acc, scale, bias, out=None) is None
+
+
+def test_no_writable_cache_reads_as_the_reason(
+    fresh_choice: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nowhere to build: the aten kernels run, and say why (not an error in every pass)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", "/proc/no-such-cache")
+    monkeypatch.setattr(tempfile, "tempdir", "/proc")
+    assert host_passes.mode() == "aten"
+    assert host_passes.describe() == (
+        "aten (auto: RuntimeError: no writable cache directory of this user's for the native "
+        "host passes)"
+    )
+    assert host_passes.quantize_sym(torch.randn(2, 8), F32_EPS) is None
+
+
+def test_the_temporary_fallback_is_private_and_trusted_only_if_so(
+    fresh_choice: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", "/proc/no-such-cache")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    private = tmp_path / f"asic_backend-{os.getuid()}"
+    assert host_passes.mode() == "native"
+    assert stat.S_IMODE(private.stat().st_mode) == 0o700
+    assert list(private.glob("host_passes-*.so"))
+    private.chmod(0o777)  # as another user could have made it
+    host_passes.reset()
+    assert host_passes.mode() == "aten"
+    assert "no writable cache directory" in host_passes.describe()

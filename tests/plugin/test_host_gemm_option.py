@@ -118,6 +118,8 @@ def test_the_reports_name_the_kernel(
     )
     result.assert_outcomes(passed=1)
     document = json.loads((suite.path / "r.json").read_text())
+    assert document["host_passes"].startswith("native (auto: built with ")
+    assert "host passes" in (suite.path / "r.html").read_text()
     monkeypatch.setenv("ASIC_HOST_PASSES", "aten")
     result = suite.runpytest(
         "-p", "no:cacheprovider", "--asic-backend", "--nobreak-json=r.json", "--nobreak-html=r.html"
