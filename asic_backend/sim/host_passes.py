@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 
 from asic_backend.sim import host_gemm
 
@@ -155,8 +156,10 @@ def quantize_sym(
     stride) in one loop a row, scales floored at ``eps``: ``(q, scale [M, 1])``, ``q`` int8 or,
     with ``out`` (float32, contiguous, ``x``'s shape), ``out`` holding the same values. None
     where the fused pass does not apply (the caller runs the aten kernels)."""
-    native = _active()
-    if native is None or not _plain(x) or x.dtype != torch.float32 or x.dim() != 2:
+    if x.dtype != torch.float32 or x.dim() != 2 or not _plain(x):
+        return None
+    native = _active()  # after the checks: a traced call never loads the library
+    if native is None:
         return None
     rows, k = x.shape
     if k < 2 or rows == 0 or x.stride(1) != 1:
@@ -198,8 +201,10 @@ def scale_rows(
     ``in_place``, else new. ``a_scale``: float32, one a row (``[M, 1]``) or one for all;
     ``b_scale``: float32, one a column (``[N]``, ``[1, N]``) or one for all; ``bias``: float32
     ``[N]``. None where the fused pass does not apply."""
-    native = _active()
-    if native is None or not _plain(acc) or acc.dim() != 2 or not acc.is_contiguous():
+    if acc.dim() != 2 or not acc.is_contiguous() or not _plain(acc):
+        return None
+    native = _active()  # after the checks: a traced call never loads the library
+    if native is None:
         return None
     if acc.dtype == torch.int32:
         run = native.scale_i32
@@ -246,8 +251,10 @@ def scale_planes(
     one loop a plane: into ``out`` (float32, contiguous, ``acc``'s shape) if given, else in
     ``acc``'s own memory if float32, else new. ``scale``: float32 ``[N, C, 1, ...]``, contiguous;
     ``bias``: float32 ``[C]``. None where the fused pass does not apply."""
-    native = _active()
-    if native is None or not _plain(acc) or acc.dim() < 3 or not acc.is_contiguous():
+    if acc.dim() < 3 or not acc.is_contiguous() or not _plain(acc):
+        return None
+    native = _active()  # after the checks: a traced call never loads the library
+    if native is None:
         return None
     run = {torch.int32: native.scale_i32, torch.float32: native.scale_f32}.get(acc.dtype)
     batch, channels = acc.shape[0], acc.shape[1]
@@ -317,8 +324,10 @@ def depthwise_conv(
     the quantization, the convolution and the rescale apart, with the same values. Each plane's
     quantized values stay in the CPU's caches from quantization to rescale, where apart they
     make three passes over memory."""
-    native = _active()
-    if native is None or not _plain(x) or x.dtype != torch.float32 or x.dim() != 4:
+    if x.dtype != torch.float32 or x.dim() != 4 or not _plain(x):
+        return None
+    native = _active()  # after the checks: a traced call never loads the library
+    if native is None:
         return None
     n, c, h, w = x.shape
     kh, kw = w_f32.shape[2:]
@@ -528,6 +537,11 @@ _CHECK_Q_F32 = (127.0, -128.0, 0.0, -0.0, 2.0, 2.0, -2.0, -0.0, -0.0, 3.0, 126.0
 def _self_check(native: _Native) -> str | None:
     """What the build gets wrong of :data:`_CHECK_ROW`'s quantization (a compiler that folds
     ``(v + 1.5·2^23) - 1.5·2^23`` or rounds otherwise), or None."""
+    with _disable_current_modes():  # real tensors, whatever mode the first use came in
+        return _check_rows(native)
+
+
+def _check_rows(native: _Native) -> str | None:
     x = torch.tensor([_CHECK_ROW], dtype=torch.float32)
     k = x.shape[1]
     q = torch.empty((1, k), dtype=torch.int8)

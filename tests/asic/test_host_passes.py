@@ -563,3 +563,14 @@ def test_the_temporary_fallback_is_private_and_trusted_only_if_so(
     host_passes.reset()
     assert host_passes.mode() == "aten"
     assert "no writable cache directory" in host_passes.describe()
+
+
+def test_a_first_use_while_tracing_leaves_the_build_to_a_real_call(fresh_choice: Path) -> None:
+    """A process whose first DUT op is traced (fake tensors under a compile) must not decide
+    then: the self-check would run on fake tensors and fail for good."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        quantize_sym_rows(torch.empty(4, 30))
+        assert host_passes.mode() == "native"  # a first build under the mode: real tensors
+    assert host_passes.quantize_sym(torch.randn(2, 8), F32_EPS) is not None
