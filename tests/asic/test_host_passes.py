@@ -143,6 +143,7 @@ def test_float32_quantization_keeps_the_sign_of_zero() -> None:
 
 
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+@pytest.mark.filterwarnings("ignore:There is a performance drop:UserWarning")  # vmap's fallback
 @pytest.mark.parametrize("wrapper", ["functionalize", "vmap", "jit.trace"])
 def test_wrapped_tensors_take_the_aten_kernels(wrapper: str) -> None:
     """A wrapper's tensor is a plain ``torch.Tensor`` to ``type()``: functionalization's has no
