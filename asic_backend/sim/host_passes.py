@@ -7,11 +7,15 @@ after it (a cast, two multiplies, the bias: four). Each kernel is a pass over th
 in a decode step, a dispatch whose code and data are out of the CPU's caches; together they
 cost up to a fifth of the GEMM. ``host_passes.c`` does each side in one loop over a row, with
 the aten formula's arithmetic in its order (bit for bit: the tests run both against each other
-and against the golden model).
+and against the golden model). A convolution's rescale is one loop a plane
+(:func:`scale_planes`), and a depthwise 2-D convolution is quantized, convolved and rescaled in
+one (:func:`depthwise_conv`), its quantized values never leaving the CPU's caches.
 
 The C file is built with the system's C compiler the first time a process needs it (about a
 third of a second) and kept in ``$XDG_CACHE_HOME/asic_backend`` (``~/.cache/asic_backend``),
-one file per source, compiler, flags and CPU (it is built for this CPU: ``-march=native``).
+one file per source, compiler, flags and CPU (it is built for this CPU: ``-march=native``);
+a build must round a row of halves, signed zeros and clamped values as torch does before it is
+used.
 ``$ASIC_HOST_PASSES`` chooses: ``auto`` (the default: native if it builds, else the aten
 kernels), ``native`` (a failed build is an error) or ``aten``. It is read at a process's first
 pass and again after :func:`reset` (the pytest plugin resets at a run's start and end);
