@@ -4,6 +4,7 @@ build, its cache and its failures, each with one clear line."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import stat
@@ -40,6 +41,18 @@ def _both(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
         with host_passes.forced(mode):
             results.append(fn(*fresh, **kwargs))
     return results
+
+
+@contextlib.contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``count`` in the block (the fused passes share rows
+    among them past PARALLEL_MIN_NUMEL)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _golden_quantized(x: torch.Tensor) -> tuple[list[list[int]], list[float]]:
@@ -117,12 +130,8 @@ def test_quantization_equals_the_aten_kernels(form: str, threads: int) -> None:
         assert q is out or out is None
         return q, scale
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         (q_native, s_native), (q_aten, s_aten) = _both(quantize, x)
-    finally:
-        torch.set_num_threads(before)
     assert q_native.dtype == (torch.float32 if form == "float32 out" else torch.int8)
     assert torch.equal(_bits(q_native), _bits(q_aten))  # the float32 zeros' signs too
     assert torch.equal(s_native, s_aten)
@@ -289,17 +298,13 @@ def test_rescale_equals_the_aten_kernels_in_the_same_memory(
     c = torch.randn(n, generator=g) if bias else None
     consume = form != "int32"
     results = []
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         for mode in ("native", "aten"):
             work = acc.clone()
             with host_passes.forced(mode):
                 y = numerics.scale_acc(work, a, b, bias=c, consume=consume)
             assert (y.data_ptr() == work.data_ptr()) == consume
             results.append(y)
-    finally:
-        torch.set_num_threads(before)
     assert torch.equal(results[0].view(torch.int32), results[1].view(torch.int32))
 
 
@@ -497,9 +502,7 @@ def test_a_convolutions_rescale_equals_the_aten_kernels(
     scale = torch.rand(4, 6, 1, 1, generator=g) * 1e-3
     c = torch.randn(6, generator=g).to(torch.bfloat16) if bias else None  # converted first
     results = []
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         for mode in ("native", "aten"):
             work = acc.clone()
             out = torch.empty(acc.shape) if form == "into out" else None
@@ -511,8 +514,6 @@ def test_a_convolutions_rescale_equals_the_aten_kernels(
             else:
                 assert y.data_ptr() == (work if out is None else out).data_ptr()
             results.append(y)
-    finally:
-        torch.set_num_threads(before)
     assert torch.equal(results[0].view(torch.int32), results[1].view(torch.int32))
 
 

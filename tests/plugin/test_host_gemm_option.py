@@ -63,10 +63,7 @@ def test_the_header_names_the_host_passes(
     env: dict[str, str],
     line: str,
 ) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no earlier build to find
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    result = suite.runpytest("-p", "no:cacheprovider", "--asic-backend")
+    result = _run_in(suite, monkeypatch, tmp_path, env)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["nobreak: host GEMM kernel *", line])
 
@@ -92,12 +89,20 @@ def test_bad_host_passes_are_a_usage_error(
     env: dict[str, str],
     message: str,
 ) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    result = suite.runpytest("-p", "no:cacheprovider", "--asic-backend")
+    result = _run_in(suite, monkeypatch, tmp_path, env)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
+
+
+def _run_in(
+    suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, cache: Path, env: dict[str, str]
+) -> pytest.RunResult:
+    """``--asic-backend`` run with ``env`` set and a build cache of its own (no earlier build to
+    find)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return suite.runpytest("-p", "no:cacheprovider", "--asic-backend")
 
 
 def test_without_the_asic_backend_the_kernel_is_not_read(
