@@ -517,13 +517,12 @@ def _one_conv_is_exact(w_q: torch.Tensor, transposed: bool, max_x: int) -> bool:
     integer within 2^24 (as :func:`asic_backend.sim.host_gemm.slice_length` reasons for a
     linear). The worst case geometry allows 1,024 values of K; a quantized layer's weights are
     mostly far smaller (a ResNet 3×3 of 256 channels, K = 2,304, fits whole: one convolution
-    where slices took three). Kept while ``w_q`` is unchanged."""
+    where slices took four). Kept while ``w_q`` is unchanged. Grouped convolutions do not ask
+    (:func:`_float32_slices` slices only ungrouped ones)."""
     out_dim = 1 if transposed else 0
 
     def make() -> bool:
         sums = w_q.to(torch.int32).abs_().sum(dim=[d for d in range(w_q.dim()) if d != out_dim])
-        # A transposed grouped weight sums every group's channels for an output index: an
-        # upper bound, so still safe.
         return w_q.numel() == 0 or int(sums.max()) * max_x <= F32_EXACT
 
     version = stamp(w_q)
