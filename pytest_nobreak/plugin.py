@@ -44,7 +44,7 @@ def pytest_configure(config: pytest.Config) -> None:
         _check_backend_name(settings.backend)
     if settings.asic:
         _check_asic_device(settings)
-        _check_host_gemm()
+        _check_host_kernels()
     config.stash[CONFIG_KEY] = settings
     config.pluginmanager.register(NobreakSession(config, settings), SESSION_PLUGIN_NAME)
     config.pluginmanager.register(BenchmarkPlugin(config, settings), BENCHMARK_PLUGIN_NAME)
@@ -93,7 +93,7 @@ def _check_backend_name(name: str) -> None:
         )
 
 
-def _check_host_gemm() -> None:
+def _check_host_kernels() -> None:
     """A bad ``$ASIC_HOST_GEMM`` or ``$ASIC_HOST_PASSES`` (or native passes that do not build
     when asked for) stops the run at once (exit 4, one line), not in a compile."""
     # Lazy: keeps torch out of the plugin's import until a test needs it.

@@ -25,11 +25,9 @@ static inline uint32_t abs_bits(float v) {
     return u & 0x7fffffffu;
 }
 
-/* One row: scale = max(max|x| / 127.5, eps); q = clamp(round(x * (1 / scale)), -128, 127).
- * Clamping before rounding gives the same values (rounding is monotone and the bounds are
- * integers). Returns 1, writing nothing, if the row holds inf or NaN. */
-static int quantize_row(const float *x, int64_t k, int8_t *q, float *q_f32, float *scale,
-                        float eps) {
+/* The symmetric scale of k values: max(max|x| / 127.5, eps) into *scale; returns 1, writing
+ * nothing, if they hold inf or NaN. */
+static int sym_scale(const float *x, int64_t k, float eps, float *scale) {
     uint32_t top = 0;
     for (int64_t i = 0; i < k; i++) {
         uint32_t b = abs_bits(x[i]);
@@ -38,25 +36,32 @@ static int quantize_row(const float *x, int64_t k, int8_t *q, float *q_f32, floa
     if (top >= INF_BITS) return 1;
     float amax;
     memcpy(&amax, &top, sizeof amax);
-    float s = amax / 127.5f;
-    s = s < eps ? eps : s;
-    *scale = s;
-    const float recip = 1.0f / s;
+    const float s = amax / 127.5f;
+    *scale = s < eps ? eps : s;
+    return 0;
+}
+
+/* clamp(round(x * recip), -128, 127), rounded half to even but for the sign of a zero (see
+ * quantize_row). Clamping before rounding gives the same values: rounding is monotone and the
+ * bounds are integers. */
+static inline float quantized(float x, float recip) {
+    float v = x * recip;
+    v = v < -128.0f ? -128.0f : v;
+    v = v > 127.0f ? 127.0f : v;
+    return (v + ROUNDER) - ROUNDER;
+}
+
+/* One row: q = quantized(x, 1 / scale). Returns 1, writing nothing, if the row holds inf or
+ * NaN. */
+static int quantize_row(const float *x, int64_t k, int8_t *q, float *q_f32, float *scale,
+                        float eps) {
+    if (sym_scale(x, k, eps, scale)) return 1;
+    const float recip = 1.0f / *scale;
     if (q_f32) {
-        for (int64_t i = 0; i < k; i++) {
-            float v = x[i] * recip;
-            v = v < -128.0f ? -128.0f : v;
-            v = v > 127.0f ? 127.0f : v;
-            /* The sign too: torch.round keeps -0.0 (-0.25 rounds to -0.0), the trick gives +0. */
-            q_f32[i] = copysignf((v + ROUNDER) - ROUNDER, v);
-        }
+        /* The sign too: torch.round keeps -0.0 (-0.25 rounds to -0.0), the trick gives +0. */
+        for (int64_t i = 0; i < k; i++) q_f32[i] = copysignf(quantized(x[i], recip), x[i]);
     } else {
-        for (int64_t i = 0; i < k; i++) {
-            float v = x[i] * recip;
-            v = v < -128.0f ? -128.0f : v;
-            v = v > 127.0f ? 127.0f : v;
-            q[i] = (int8_t)(int32_t)((v + ROUNDER) - ROUNDER);
-        }
+        for (int64_t i = 0; i < k; i++) q[i] = (int8_t)(int32_t)quantized(x[i], recip);
     }
     return 0;
 }
@@ -148,20 +153,7 @@ int64_t asic_depthwise_f32(const float *x, int64_t n, int64_t c, int64_t h, int6
     int64_t bad = 0;
 #pragma omp parallel for num_threads(threads) reduction(+ : bad) if (threads > 1)
     for (int64_t s = 0; s < n; s++) {
-        const float *xs = x + s * c * plane;
-        uint32_t top = 0;
-        for (int64_t i = 0; i < c * plane; i++) {
-            uint32_t b = abs_bits(xs[i]);
-            top = b > top ? b : top;
-        }
-        if (top >= INF_BITS) {
-            bad += 1;
-            continue;
-        }
-        float amax;
-        memcpy(&amax, &top, sizeof amax);
-        float scale = amax / 127.5f;
-        x_scale[s] = scale < eps ? eps : scale;
+        bad += sym_scale(x + s * c * plane, c * plane, eps, x_scale + s);
     }
     if (bad) return bad;
     /* The padded rows and columns the output reads (bottom and right padding included). */
@@ -188,12 +180,7 @@ int64_t asic_depthwise_f32(const float *x, int64_t n, int64_t c, int64_t h, int6
                 float *dst = buf + (r + pt) * wp + pl;
                 const float *src = xp + r * w;
                 const int64_t cols = w < wp - pl ? w : wp - pl;
-                for (int64_t i = 0; i < cols; i++) {
-                    float v = src[i] * recip;
-                    v = v < -128.0f ? -128.0f : v;
-                    v = v > 127.0f ? 127.0f : v;
-                    dst[i] = (v + ROUNDER) - ROUNDER;
-                }
+                for (int64_t i = 0; i < cols; i++) dst[i] = quantized(src[i], recip);
             }
             if (kh == 3 && kw == 3 && sh == 1 && sw == 1 && dh == 1 && dw == 1) {
                 /* MobileNet's 3x3: the nine products of an output summed in registers. */

@@ -11,8 +11,8 @@ and against the golden model). A convolution's rescale is one loop a plane
 (:func:`scale_planes`), and a depthwise 2-D convolution is quantized, convolved and rescaled in
 one (:func:`depthwise_conv`), its quantized values never leaving the CPU's caches.
 
-The C file is built with the system's C compiler the first time a process needs it (about a
-third of a second) and kept in ``$XDG_CACHE_HOME/asic_backend`` (``~/.cache/asic_backend``),
+The C file is built with the system's C compiler the first time a process needs it (0.3 s
+on the AVX-512 VNNI host) and kept in ``$XDG_CACHE_HOME/asic_backend`` (``~/.cache/asic_backend``),
 one file per source, compiler, flags and CPU (it is built for this CPU: ``-march=native``);
 a build must round a row of halves, signed zeros and clamped values as torch does before it is
 used.
@@ -170,9 +170,7 @@ def quantize_sym(
         return None
     if out is None:
         q = torch.empty((rows, k), dtype=torch.int8)
-    elif (
-        _plain(out) and out.dtype == torch.float32 and out.shape == x.shape and out.is_contiguous()
-    ):
+    elif _f32(out, tuple(x.shape)):
         q = out
     else:
         return None
@@ -210,20 +208,13 @@ def scale_rows(
     native = _active()  # after the checks: a traced call never loads the library
     if native is None:
         return None
-    if acc.dtype == torch.int32:
-        run = native.scale_i32
-    elif acc.dtype == torch.float32:
-        run = native.scale_f32
-    else:
-        return None
+    run = _scale_kernel(native, acc.dtype)
     m, n = acc.shape
     a_step = _step(a_scale, m, (m, 1))
     b_step = _step(b_scale, n, (n,), (1, n))
-    if a_step is None or b_step is None:
+    if run is None or a_step is None or b_step is None:
         return None
-    if bias is not None and not (
-        _plain(bias) and bias.dtype == torch.float32 and bias.shape == (n,) and bias.is_contiguous()
-    ):
+    if bias is not None and not _f32(bias, (n,)):
         return None
     if not in_place:
         y = torch.empty((m, n), dtype=torch.float32)
@@ -260,24 +251,17 @@ def scale_planes(
     native = _active()  # after the checks: a traced call never loads the library
     if native is None:
         return None
-    run = {torch.int32: native.scale_i32, torch.float32: native.scale_f32}.get(acc.dtype)
+    run = _scale_kernel(native, acc.dtype)
     batch, channels = acc.shape[0], acc.shape[1]
     planes = batch * channels
     a_step = _step(scale, planes, (batch, channels, *[1] * (acc.dim() - 2)))
     if run is None or planes == 0 or a_step is None:
         return None
-    if bias is not None and not (
-        _plain(bias) and bias.dtype == torch.float32 and bias.shape == (channels,)
-    ):
+    if bias is not None and not _f32(bias, (channels,)):
         return None
     if out is None:
         y = acc if acc.dtype == torch.float32 else torch.empty(acc.shape, dtype=torch.float32)
-    elif (
-        _plain(out)
-        and out.dtype == torch.float32
-        and out.shape == acc.shape
-        and out.is_contiguous()
-    ):
+    elif _f32(out, tuple(acc.shape)):
         y = out
     else:
         return None
@@ -337,17 +321,9 @@ def depthwise_conv(
     kh, kw = w_f32.shape[2:]
     if n == 0 or c == 0 or not x.is_contiguous() or kh * kw > DEPTHWISE_MAX_TAPS:
         return None
-    if not (
-        _plain(w_f32)
-        and w_f32.dtype == torch.float32
-        and tuple(w_f32.shape) == (c, 1, kh, kw)
-        and w_f32.is_contiguous()
-        and _step(w_scale, c, (c,)) == 1
-    ):
+    if not _f32(w_f32, (c, 1, kh, kw)) or _step(w_scale, c, (c,)) != 1:
         return None
-    if bias is not None and not (
-        _plain(bias) and bias.dtype == torch.float32 and bias.shape == (c,) and bias.is_contiguous()
-    ):
+    if bias is not None and not _f32(bias, (c,)):
         return None
     (sh, sw), ((pt, _), (pl, _)), (dh, dw), (oh, ow) = stride, padding, dilation, out_size
     threads = _threads(x.numel())
@@ -390,6 +366,17 @@ def _plain(t: torch.Tensor) -> bool:
 
 
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+def _f32(t: torch.Tensor, shape: tuple[int, ...]) -> bool:
+    """Whether ``t`` is a plain contiguous float32 tensor of ``shape``: an operand (a bias, a
+    weight) or an output the native loops read or write as a flat array."""
+    return _plain(t) and t.dtype == torch.float32 and tuple(t.shape) == shape and t.is_contiguous()
+
+
+def _scale_kernel(native: _Native, dtype: torch.dtype) -> Callable[..., Any] | None:
+    """The rescale loop for an accumulator of ``dtype`` (int32, or float32 holding its values)."""
+    return {torch.int32: native.scale_i32, torch.float32: native.scale_f32}.get(dtype)
 
 
 def _step(t: torch.Tensor, length: int, *shapes: tuple[int, ...]) -> int | None:
