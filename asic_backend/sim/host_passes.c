@@ -83,10 +83,11 @@ int64_t asic_quantize_sym_f32(const float *x, int64_t rows, int64_t k, int64_t x
 /* y = ((float)acc * a[i]) * b[j] + bias, each step rounded to float32, as numerics.scale_acc
  * (linears: b one a column or one for all, bias one a column) and ops.conv's rescale (convs:
  * no b, bias one a row) compute it. a_step, b_step: 1 for a value a row (a) or a column (b), 0
- * for one for all; b and bias may be NULL; bias_row_step / bias_col_step: 1 and 0 for a value
- * a row, 0 and 1 for a value a column. y may be acc's own memory: each value is read before it
- * is written, in the same iteration (ivdep: no dependence between iterations, so no scalar
- * fallback for it). */
+ * for one for all; b_rows: 0, or the rows of each matrix of a batch [B, m / b_rows, n] whose
+ * own n column scales follow the last matrix's in b (attention's scores); b and bias may be
+ * NULL; bias_row_step / bias_col_step: 1 and 0 for a value a row, 0 and 1 for a value a
+ * column. y may be acc's own memory: each value is read before it is written, in the same
+ * iteration (ivdep: no dependence between iterations, so no scalar fallback for it). */
 #define SCALE_LOOP(EXPR)                                                                       \
     do {                                                                                       \
         _Pragma("GCC ivdep") for (int64_t j = 0; j < n; j++) {                                 \
@@ -97,13 +98,14 @@ int64_t asic_quantize_sym_f32(const float *x, int64_t rows, int64_t k, int64_t x
 
 #define SCALE_ROWS(NAME, ACC_T)                                                                \
     void NAME(const ACC_T *acc, int64_t m, int64_t n, const float *a, int64_t a_step,          \
-              const float *b, int64_t b_step, const float *bias, int64_t bias_row_step,         \
-              int64_t bias_col_step, float *y, int threads) {                                   \
+              const float *b_all, int64_t b_step, int64_t b_rows, const float *bias,            \
+              int64_t bias_row_step, int64_t bias_col_step, float *y, int threads) {            \
         _Pragma("omp parallel for num_threads(threads) if (threads > 1)")                       \
         for (int64_t i = 0; i < m; i++) {                                                      \
             const ACC_T *row = acc + i * n;                                                    \
             float *out = y + i * n;                                                            \
             const float ai = a[i * a_step];                                                    \
+            const float *b = b_all && b_rows ? b_all + (i / b_rows) * n : b_all;              \
             const float *bias_i = bias ? bias + i * bias_row_step : 0;                         \
             if (b && b_step && bias_i && bias_col_step) {                                      \
                 SCALE_LOOP((v * b[j]) + bias_i[j]);                                            \

@@ -202,33 +202,42 @@ def scale_rows(
     int32 or float32 ``acc`` in one loop a row: float32, in ``acc``'s own memory if
     ``in_place``, else new. ``a_scale``: float32, one a row (``[M, 1]``) or one for all;
     ``b_scale``: float32, one a column (``[N]``, ``[1, N]``) or one for all; ``bias``: float32
-    ``[N]``. None where the fused pass does not apply."""
-    if acc.dim() != 2 or not acc.is_contiguous() or not _plain(acc):
+    ``[N]``. A batch ``[B, M, N]`` (attention's scores, ``dyn_matmul``) takes one scale a row
+    (``[B, M, 1]``) and one a column of each matrix (``[B, 1, N]``), without a bias. None where
+    the fused pass does not apply."""
+    if acc.dim() not in (2, 3) or not acc.is_contiguous() or not _plain(acc):
         return None
     native = _active()  # after the checks: a traced call never loads the library
     if native is None:
         return None
     run = _scale_kernel(native, acc.dtype)
-    m, n = acc.shape
-    a_step = _step(a_scale, m, (m, 1))
-    b_step = _step(b_scale, n, (n,), (1, n))
-    if run is None or a_step is None or b_step is None:
-        return None
-    if bias is not None and not _f32(bias, (n,)):
+    *batch, m, n = acc.shape
+    if batch:
+        rows, b_rows = batch[0] * m, m
+        a_step = _step(a_scale, rows, (batch[0], m, 1))
+        b_step = _step(b_scale, batch[0] * n, (batch[0], 1, n))
+        ok = bias is None and a_step == 1 and b_step == 1
+    else:
+        rows, b_rows = m, 0
+        a_step = _step(a_scale, m, (m, 1))
+        b_step = _step(b_scale, n, (n,), (1, n))
+        ok = a_step is not None and b_step is not None and (bias is None or _f32(bias, (n,)))
+    if run is None or not ok:
         return None
     if not in_place:
-        y = torch.empty((m, n), dtype=torch.float32)
+        y = torch.empty(acc.shape, dtype=torch.float32)
     else:
         y = acc if acc.dtype == torch.float32 else acc.view(torch.float32)
     bias_ptr = None if bias is None else bias.data_ptr()
     run(
         acc.data_ptr(),
-        m,
+        rows,
         n,
         a_scale.data_ptr(),
         a_step,
         b_scale.data_ptr(),
         b_step,
+        b_rows,
         bias_ptr,
         0,
         1,
@@ -276,6 +285,7 @@ def scale_planes(
         scale.data_ptr(),
         a_step,
         None,
+        0,
         0,
         bias_ptr,
         1,
@@ -558,7 +568,7 @@ def _load(path: Path, built_with: str) -> _Native:
     scales = []
     for name in ("asic_scale_i32", "asic_scale_f32"):
         fn = getattr(lib, name)
-        fn.argtypes = [_P, _I64, _I64, _P, _I64, _P, _I64, _P, _I64, _I64, _P, _INT]
+        fn.argtypes = [_P, _I64, _I64, _P, _I64, _P, _I64, _I64, _P, _I64, _I64, _P, _INT]
         fn.restype = None
         scales.append(fn)
     depthwise = lib.asic_depthwise_f32

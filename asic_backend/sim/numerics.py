@@ -502,10 +502,12 @@ def spans(total: int, step: int) -> list[tuple[int, int]]:
     return [(lo, min(lo + step, total)) for lo in range(0, total, step)]
 
 
-def row_spans(rows: int, row_values: int) -> list[tuple[int, int]]:
+def row_spans(
+    rows: int, row_values: int, chunk_bytes: int | None = None
+) -> list[tuple[int, int]]:
     """The chunks of rows a host pass over ``rows`` rows of ``row_values`` values each goes by:
     one for the whole tensor below :data:`CHUNKED_MIN_BYTES` of float32 (and while tracing:
-    a compiler fuses the passes), else chunks of about :data:`CHUNK_BYTES`."""
+    a compiler fuses the passes), else chunks of about ``chunk_bytes`` (:data:`CHUNK_BYTES`)."""
     # Sizes first: a decode step's small tensors never ask (each call is a cache miss or more
     # there), and symbolic sizes while tracing are no plain ints.
     small = (
@@ -513,7 +515,8 @@ def row_spans(rows: int, row_values: int) -> list[tuple[int, int]]:
     )
     if small or torch.compiler.is_compiling():
         return [(0, rows)]
-    return spans(rows, max(1, CHUNK_BYTES // (4 * row_values)))
+    per_chunk = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+    return spans(rows, max(1, per_chunk // (4 * row_values)))
 
 
 def row_slice(t: float | torch.Tensor, lo: int, hi: int, ndim: int) -> float | torch.Tensor:
@@ -537,16 +540,17 @@ def scale_acc(
     every int32-out GEMM, each operand already shaped to broadcast over ``acc`` (a row's, a
     column's). ``acc`` is int32, or float32 holding the same values (scaled in place).
     ``consume``: ``acc`` is the caller's to give up, and a large contiguous int32 one is converted
-    in its own memory (a new tensor as large is a pass over fresh pages). A 2-D ``acc`` with
-    float32 scales takes the fused native pass (:mod:`asic_backend.sim.host_passes`) where it
-    applies: the same values, in the same memory.
+    in its own memory (a new tensor as large is a pass over fresh pages). A 2-D ``acc``, or a
+    batch ``[B, M, N]`` with scales ``[B, M, 1]`` and ``[B, 1, N]``, with float32 scales takes
+    the fused native pass (:mod:`asic_backend.sim.host_passes`) where it applies: the same
+    values, in the same memory.
 
     >>> acc = torch.tensor([[3, -7], [100, 0]], dtype=torch.int32)
     >>> scale_acc(acc, torch.tensor([[0.5], [0.25]]), torch.tensor([[0.1, 0.3]]))
     tensor([[ 0.1500, -1.0500],
             [ 2.5000,  0.0000]])
     """
-    if acc.dim() == 2 and isinstance(a_scale, torch.Tensor):
+    if acc.dim() in (2, 3) and isinstance(a_scale, torch.Tensor):
         # In acc's memory exactly where the aten kernels below would put it too.
         large = acc.numel() >= CAST_FIRST_MIN_NUMEL
         in_place = consume or (large and acc.dtype == torch.float32)

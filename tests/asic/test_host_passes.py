@@ -180,20 +180,21 @@ def test_wrapped_tensors_take_the_aten_kernels(wrapper: str) -> None:
 def test_rescale_aliases_its_accumulator_exactly_where_the_aten_kernels_do() -> None:
     """Small or large, int32 or float32: not consumed, where the aten kernels would; consumed
     (the caller's to give up), always, where the aten kernels may not."""
-    for numel_rows, dtype, consume in itertools.product(
-        (3, 3000), (torch.int32, torch.float32), (False, True)
+    shapes = [(3, 64), (3000, 64), (2, 3, 64), (4, 800, 64)]  # and batches of matrices
+    for shape, dtype, consume in itertools.product(
+        shapes, (torch.int32, torch.float32), (False, True)
     ):
-        acc = torch.randint(-1000, 1000, (numel_rows, 64), dtype=torch.int32).to(dtype)
+        acc = torch.randint(-1000, 1000, shape, dtype=torch.int32).to(dtype)
+        a = torch.rand(*shape[:-1], 1)
+        b = torch.rand(64) if len(shape) == 2 else torch.rand(shape[0], 1, 64)
         aliased = []
         for mode in host_passes.MODES:
             work = acc.clone()
             with host_passes.forced(mode):
-                y = numerics.scale_acc(
-                    work, torch.rand(numel_rows, 1), torch.rand(64), consume=consume
-                )
+                y = numerics.scale_acc(work, a, b, consume=consume)
             aliased.append(y.data_ptr() == work.data_ptr())
         native, aten = aliased
-        assert native == (consume or aten), (numel_rows, dtype, consume)
+        assert native == (consume or aten), (shape, dtype, consume)
 
 
 @pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
@@ -308,6 +309,61 @@ def test_rescale_equals_the_aten_kernels_in_the_same_memory(
     assert torch.equal(results[0].view(torch.int32), results[1].view(torch.int32))
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    batch=st.integers(1, 4),
+    m=st.integers(1, 5),
+    n=st.integers(1, 30),
+    dtype=st.sampled_from([torch.int32, torch.float32]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_a_batch_of_matrices_rescale_is_the_golden_model(
+    batch: int, m: int, n: int, dtype: torch.dtype, seed: int
+) -> None:
+    """Attention's scores: each matrix by its own rows' and its own columns' scales."""
+    g = torch.Generator().manual_seed(seed)
+    bound = 2**31 if dtype == torch.int32 else 2**24  # a float32 accumulator holds exact ints
+    acc = torch.randint(-bound, bound - 1, (batch, m, n), dtype=torch.int32, generator=g)
+    a = torch.rand(batch, m, 1, generator=g) * 1e-3
+    b = torch.rand(batch, 1, n, generator=g) * 1e-2
+    with host_passes.forced("native"):
+        y = numerics.scale_acc(acc.to(dtype), a, b)
+    want = [
+        [
+            golden.scale_row(row, a[i, r, 0].item(), b[i, 0].tolist(), None)
+            for r, row in enumerate(rows)
+        ]
+        for i, rows in enumerate(acc.tolist())
+    ]
+    assert y.tolist() == want
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(6, 300, 260), (4, 1024, 600)], ids=["2 MB", "10 MB"])
+@pytest.mark.parametrize("form", ["int32", "int32 consumed", "float32"])
+def test_a_batch_of_matrices_rescale_equals_the_aten_kernels_in_the_same_memory(
+    form: str, shape: tuple[int, int, int], threads: int
+) -> None:
+    """Below and past the size where the aten kernels go by chunks of rows; the same memory."""
+    g = torch.Generator().manual_seed(7)
+    batch, m, n = shape
+    acc = torch.randint(-(2**24), 2**24, shape, dtype=torch.int32, generator=g)
+    if form == "float32":
+        acc = acc.to(torch.float32)
+    a = torch.rand(batch, m, 1, generator=g)
+    b = torch.rand(batch, 1, n, generator=g)
+    consume = form != "int32"
+    results = []
+    with torch_threads(threads):
+        for mode in ("native", "aten"):
+            work = acc.clone()
+            with host_passes.forced(mode):
+                y = numerics.scale_acc(work, a, b, consume=consume)
+            assert (y.data_ptr() == work.data_ptr()) == consume
+            results.append(y)
+    assert torch.equal(results[0].view(torch.int32), results[1].view(torch.int32))
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -325,6 +381,11 @@ def test_rescale_equals_the_aten_kernels_in_the_same_memory(
         (torch.zeros(3, 4, dtype=torch.int64), torch.ones(3, 1), torch.ones(4)),
         (torch.zeros(3, 4, dtype=torch.int32), torch.ones(2, 1), torch.ones(4)),
         (torch.zeros(3, 4, dtype=torch.int32), torch.ones(3, 1), torch.ones(3, 4)),
+        (torch.zeros(2, 3, 4, dtype=torch.int32), torch.ones(1), torch.ones(2, 1, 4)),
+        (torch.zeros(2, 3, 4, dtype=torch.int32), torch.ones(2, 3, 1), torch.ones(1, 1, 4)),
+        (torch.zeros(2, 3, 4, dtype=torch.int32), torch.ones(2, 3, 1), torch.ones(1)),
+        (torch.zeros(2, 3, 4, dtype=torch.int32).mT, torch.ones(2, 4, 1), torch.ones(2, 1, 3)),
+        (torch.zeros(2, 2, 3, 4, dtype=torch.int32), torch.ones(2, 2, 3, 1), torch.ones(4)),
     ],
     ids=[
         "bfloat16 row scales",
@@ -333,10 +394,22 @@ def test_rescale_equals_the_aten_kernels_in_the_same_memory(
         "int64",
         "2 row scales",
         "[M, N] scales",
+        "batch: one row scale for all",
+        "batch: one column scale a column for every matrix",
+        "batch: one column scale for all",
+        "batch: transposed",
+        "4-D",
     ],
 )
 def test_what_the_fused_rescale_does_not_take(args: tuple[torch.Tensor, ...]) -> None:
     assert host_passes.scale_rows(*args, None, in_place=False) is None
+
+
+def test_a_batch_of_matrices_with_a_bias_takes_the_aten_kernels() -> None:
+    """No caller gives one (attention's scores have none): not a loop to keep untested."""
+    acc = torch.zeros(2, 3, 4, dtype=torch.int32)
+    args = (acc, torch.ones(2, 3, 1), torch.ones(2, 1, 4), torch.ones(4))
+    assert host_passes.scale_rows(*args, in_place=False) is None
 
 
 def test_parameters_take_the_fused_passes() -> None:

@@ -196,3 +196,87 @@ def test_beta_zero_ignores_a_nan_input_as_pytorch_does(device: Device) -> None:
     with torch.no_grad():
         out = torch.compile(fn, backend="asic", fullgraph=True)(x, a, b)
     assert not out.isnan().any()
+
+
+# -- large scores: a chunk of heads at a time ---------------------------------------------------
+
+#: dyn_sdpa's arguments after q, k, v: (attn_mask, is_causal, scale, enable_gqa).
+CHUNK_CASES: dict[str, Callable[[], tuple[Any, ...]]] = {
+    "plain": lambda: (None, False, None, False),
+    "causal": lambda: (None, True, None, False),
+    "bool mask": lambda: (torch.rand(L, S) > 0.4, False, None, False),
+    "float mask per batch": lambda: (torch.randn(B, 1, L, S), False, 0.3, False),
+    "fully masked rows": lambda: (torch.zeros(B, H, L, S, dtype=torch.bool), False, None, False),
+    "grouped heads": lambda: (None, True, None, True),
+}
+
+
+@pytest.mark.parametrize("kernel", ["int_mm", "float32"])
+@pytest.mark.parametrize("case", list(CHUNK_CASES))
+def test_large_scores_go_by_chunks_of_heads_with_the_same_values_and_counts(
+    monkeypatch: pytest.MonkeyPatch, device: Device, case: str, kernel: str
+) -> None:
+    """Every step is per head, so chunks give the bits and the device figures of one pass."""
+    import asic_backend.ops.attention as attention
+    from asic_backend.sim import host_gemm, numerics
+
+    q = torch.randn(B, H, L, E)
+    kv_heads = H // 2 if case == "grouped heads" else H
+    k, v = torch.randn(B, kv_heads, S, E), torch.randn(B, kv_heads, S, E + 4)
+    args = CHUNK_CASES[case]()
+    runs = []
+    calls: list[int] = []
+    attend = attention._attend
+
+    def counted(q: torch.Tensor, *rest: Any) -> torch.Tensor:
+        calls.append(q.shape[0])
+        return attend(q, *rest)
+
+    monkeypatch.setattr(attention, "_attend", counted)
+    with host_gemm.forced(kernel):
+        for min_bytes in (1 << 60, 1):  # whole, then by chunks of 3 heads of 8×12
+            monkeypatch.setattr(numerics, "CHUNKED_MIN_BYTES", min_bytes)
+            monkeypatch.setattr(attention, "SCORES_CHUNK_BYTES", 3 * 4 * L * S)
+            device.reset()
+            out = torch.ops.asic.dyn_sdpa(q, k, v, *args, "default")
+            snap = device.snapshot()
+            runs.append((out, (snap.dut_ops, snap.macs, snap.cycles, snap.bytes_moved)))
+    (whole, whole_figures), (chunked, chunked_figures) = runs
+    assert calls[0] == B  # the whole batch: [B, H, L, E] in one call
+    assert calls[1:] == [3, 3, 2]  # B·H = 8 heads by 3
+    assert torch.equal(chunked, whole)
+    assert chunked_figures == whole_figures
+    assert chunked.shape == (B, H, L, E + 4) and chunked.is_contiguous()
+    if case == "fully masked rows":
+        assert torch.equal(chunked, torch.zeros_like(chunked))
+
+
+def test_chunks_of_heads_take_three_dim_inputs_and_keys_of_other_batch_dims_go_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``[heads, L, E]`` goes by chunks; keys whose batch dims differ from q's (broadcast) take
+    the one-pass path."""
+    import asic_backend.ops.attention as attention
+    from asic_backend.sim import numerics
+
+    monkeypatch.setattr(numerics, "CHUNKED_MIN_BYTES", 1)
+    monkeypatch.setattr(attention, "SCORES_CHUNK_BYTES", 4 * L * S)  # a head a chunk
+    calls: list[int] = []
+    attend = attention._attend
+
+    def counted(q: torch.Tensor, *rest: Any) -> torch.Tensor:
+        calls.append(q.shape[0])
+        return attend(q, *rest)
+
+    monkeypatch.setattr(attention, "_attend", counted)
+    q, k, v = torch.randn(H, L, E), torch.randn(H, S, E), torch.randn(H, S, E)
+    mask = torch.randn(L, S)
+    with sdpa_kernel(SDPBackend.MATH):
+        for args in ((None,), (mask,)):
+            out = torch.ops.asic.dyn_sdpa(q, k, v, *args, False, None, False, "default")
+            assert_close_to_fp32(out, F.scaled_dot_product_attention(q, k, v, attn_mask=args[0]))
+        assert calls == [1] * (2 * H)
+        k1, v1 = torch.randn(1, S, E), torch.randn(1, S, E)
+        out = torch.ops.asic.dyn_sdpa(q, k1, v1, None, False, None, False, "default")
+        assert_close_to_fp32(out, F.scaled_dot_product_attention(q, k1, v1))
+        assert calls[2 * H :] == [H]
