@@ -502,9 +502,7 @@ def spans(total: int, step: int) -> list[tuple[int, int]]:
     return [(lo, min(lo + step, total)) for lo in range(0, total, step)]
 
 
-def row_spans(
-    rows: int, row_values: int, chunk_bytes: int | None = None
-) -> list[tuple[int, int]]:
+def row_spans(rows: int, row_values: int, chunk_bytes: int | None = None) -> list[tuple[int, int]]:
     """The chunks of rows a host pass over ``rows`` rows of ``row_values`` values each goes by:
     one for the whole tensor below :data:`CHUNKED_MIN_BYTES` of float32 (and while tracing:
     a compiler fuses the passes), else chunks of about ``chunk_bytes`` (:data:`CHUNK_BYTES`)."""

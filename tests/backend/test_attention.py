@@ -246,7 +246,8 @@ def test_large_scores_go_by_chunks_of_heads_with_the_same_values_and_counts(
     assert calls[1:] == [3, 3, 2]  # B·H = 8 heads by 3
     assert torch.equal(chunked, whole)
     assert chunked_figures == whole_figures
-    assert chunked.shape == (B, H, L, E + 4) and chunked.is_contiguous()
+    assert chunked.shape == (B, H, L, E + 4)
+    assert chunked.is_contiguous()
     if case == "fully masked rows":
         assert torch.equal(chunked, torch.zeros_like(chunked))
 
