@@ -154,7 +154,7 @@ CONVS = [
 ]
 ATTENTIONS = [
     Attention("sdpa prefill", 1, 16, 512, 64),
-    # 64 MB of scores: they go a chunk of heads at a time (asic_backend.ops.attention).
+    # 64 MB of scores, where chunks of heads pay most (asic_backend.ops.attention).
     Attention("sdpa long prefill", 1, 16, 1024, 64),
 ]
 ROUNDS = 10

@@ -16,6 +16,7 @@ torch.Size([2, 4, 16, 8])
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -52,12 +53,14 @@ def dyn_sdpa(
 ) -> Tensor:
     """``softmax(q·kᵀ·scale + mask)·v`` with both GEMMs on the DUT; see the module doc."""
     length, source = q.shape[-2], k.shape[-2]
+    lead = q.shape[:-2]
+    if attn_mask is not None:
+        _check_mask(attn_mask, (*lead, length, source))
     if enable_gqa and q.dim() >= 3 and k.shape[-3] != q.shape[-3]:
         repeat = q.shape[-3] // k.shape[-3]
         k = k.repeat_interleave(repeat, dim=-3)
         v = v.repeat_interleave(repeat, dim=-3)
     alpha = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    lead = q.shape[:-2]
     chunks = [(0, 1)]
     if q.dim() > 2:
         chunks = numerics.row_spans(lead.numel(), length * source, SCORES_CHUNK_BYTES)
@@ -69,14 +72,49 @@ def dyn_sdpa(
     # head (its scales are a row's or a column's of one head), so the values are the same.
     heads = lead.numel()
     q3, k3, v3 = (t.reshape(heads, *t.shape[-2:]) for t in (q, k, v))
-    mask3 = None
-    if attn_mask is not None:
-        mask3 = attn_mask.expand(*lead, length, source).reshape(heads, length, source)
+    masks = None if attn_mask is None else _MaskRows.of(attn_mask, lead)
     out = q.new_empty((heads, length, v.shape[-1]), dtype=torch.float32)
     for lo, hi in chunks:
-        mask = None if mask3 is None else mask3[lo:hi]
+        mask = None if masks is None else masks.of_heads(lo, hi)
         out[lo:hi] = _attend(q3[lo:hi], k3[lo:hi], v3[lo:hi], mask, is_causal, alpha, device)
     return _laid_out_like(q, out.reshape(*lead, length, v.shape[-1]).to(q.dtype))
+
+
+def _check_mask(attn_mask: Tensor, weights: tuple[int, ...]) -> None:
+    """A mask must broadcast to the attention weights' shape ``[*lead, L, S]``, as PyTorch's
+    kernels require (its meta kernel would let one that widens the batch through)."""
+    widened = attn_mask.dim() > len(weights) or any(
+        m not in (1, w) for m, w in zip(reversed(attn_mask.shape), reversed(weights), strict=False)
+    )
+    if widened:
+        raise RuntimeError(
+            f"asic::dyn_sdpa: attn_mask of shape {tuple(attn_mask.shape)} does not broadcast "
+            f"to the attention weights' shape {weights}"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _MaskRows:
+    """A mask's ``[L, S]`` matrices (``rows [R, L or 1, S or 1]``) and which one each head of
+    the flattened batch ``[*lead]`` takes (``index [heads]``; None when all take the one), so a
+    chunk of heads gathers only its own: a mask broadcast over the batch is never copied whole
+    (HF's padding mask ``[B, 1, 1, S]`` would be ``B·H·L·S`` values)."""
+
+    rows: Tensor
+    index: Tensor | None
+
+    @classmethod
+    def of(cls, attn_mask: Tensor, lead: torch.Size) -> _MaskRows:
+        shape = (1,) * (len(lead) + 2 - attn_mask.dim()) + tuple(attn_mask.shape)
+        rows = attn_mask.reshape(-1, *shape[-2:])
+        if rows.shape[0] == 1:
+            return cls(rows, None)
+        index = torch.arange(rows.shape[0]).reshape(shape[:-2]).expand(*lead).reshape(-1)
+        return cls(rows, index)
+
+    def of_heads(self, lo: int, hi: int) -> Tensor:
+        """The masks of heads ``[lo, hi)``: ``[hi - lo or 1, L or 1, S or 1]``."""
+        return self.rows if self.index is None else self.rows.index_select(0, self.index[lo:hi])
 
 
 def _attend(
@@ -131,6 +169,13 @@ def _(
     _check(
         q.shape[-1] == k.shape[-1],
         lambda: f"asic::dyn_sdpa: q and k differ in their last dim: {q.shape} vs {k.shape}",
+    )
+    _check(
+        attn_mask is None or attn_mask.dim() <= q.dim(),
+        lambda: (
+            f"asic::dyn_sdpa: attn_mask {tuple(attn_mask.shape)} has more dims than q "  # type: ignore[union-attr]
+            f"{tuple(q.shape)}"
+        ),
     )
     if v.shape[-1] == q.shape[-1]:
         return torch.empty_like(q)  # q's layout, as the kernel returns it

@@ -84,7 +84,7 @@ int64_t asic_quantize_sym_f32(const float *x, int64_t rows, int64_t k, int64_t x
  * (linears: b one a column or one for all, bias one a column) and ops.conv's rescale (convs:
  * no b, bias one a row) compute it. a_step, b_step: 1 for a value a row (a) or a column (b), 0
  * for one for all; b_rows: 0, or the rows of each matrix of a batch [B, m / b_rows, n] whose
- * own n column scales follow the last matrix's in b (attention's scores); b and bias may be
+ * own column scales follow the last matrix's in b (attention's scores); b and bias may be
  * NULL; bias_row_step / bias_col_step: 1 and 0 for a value a row, 0 and 1 for a value a
  * column. y may be acc's own memory: each value is read before it is written, in the same
  * iteration (ivdep: no dependence between iterations, so no scalar fallback for it). */
@@ -105,7 +105,7 @@ int64_t asic_quantize_sym_f32(const float *x, int64_t rows, int64_t k, int64_t x
             const ACC_T *row = acc + i * n;                                                    \
             float *out = y + i * n;                                                            \
             const float ai = a[i * a_step];                                                    \
-            const float *b = b_all && b_rows ? b_all + (i / b_rows) * n : b_all;              \
+            const float *b = b_all && b_rows ? b_all + (i / b_rows) * n * b_step : b_all;     \
             const float *bias_i = bias ? bias + i * bias_row_step : 0;                         \
             if (b && b_step && bias_i && bias_col_step) {                                      \
                 SCALE_LOOP((v * b[j]) + bias_i[j]);                                            \

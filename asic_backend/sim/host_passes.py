@@ -21,9 +21,9 @@ kernels), ``native`` (a failed build is an error) or ``aten``. It is read at a p
 pass and again after :func:`reset` (the pytest plugin resets at a run's start and end);
 :func:`forced` overrides it in a block.
 
-The fused passes take the common case: float32, two-dimensional, rows of unit stride, no
-tracing. Anything else returns None and its caller runs the aten kernels, as it does for a
-row holding inf or NaN.
+The fused passes take the common case: float32, two-dimensional (or a batch of matrices, for
+the rescale of attention's scores), rows of unit stride, no tracing. Anything else returns
+None and its caller runs the aten kernels, as it does for a row holding inf or NaN.
 
 >>> mode()                                    # with a C compiler on the machine
 'native'

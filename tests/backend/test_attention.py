@@ -5,6 +5,7 @@ Every test here also runs under the suite-wide MAC accounting check (tests/accou
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -200,14 +201,40 @@ def test_beta_zero_ignores_a_nan_input_as_pytorch_does(device: Device) -> None:
 
 # -- large scores: a chunk of heads at a time ---------------------------------------------------
 
-#: dyn_sdpa's arguments after q, k, v: (attn_mask, is_causal, scale, enable_gqa).
+
+def _hf_layout(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``[B, H, T, E]`` as a transformers model hands it over: ``[B, T, H, E]`` transposed."""
+    b, h, t, e = shape
+    return torch.randn(b, t, h, e).to(dtype).transpose(1, 2)
+
+
+#: (q, k, v, attn_mask, is_causal, scale, enable_gqa) for dyn_sdpa.
 CHUNK_CASES: dict[str, Callable[[], tuple[Any, ...]]] = {
-    "plain": lambda: (None, False, None, False),
-    "causal": lambda: (None, True, None, False),
-    "bool mask": lambda: (torch.rand(L, S) > 0.4, False, None, False),
-    "float mask per batch": lambda: (torch.randn(B, 1, L, S), False, 0.3, False),
-    "fully masked rows": lambda: (torch.zeros(B, H, L, S, dtype=torch.bool), False, None, False),
-    "grouped heads": lambda: (None, True, None, True),
+    "plain": lambda: (*_qkv(), None, False, None, False),
+    "causal": lambda: (*_qkv(), None, True, None, False),
+    "bool mask": lambda: (*_qkv(), torch.rand(L, S) > 0.4, False, None, False),
+    "float mask per batch": lambda: (*_qkv(), torch.randn(B, 1, L, S), False, 0.3, False),
+    "padding mask": lambda: (*_qkv(), torch.rand(B, 1, 1, S) > 0.3, False, None, False),
+    "mask per head": lambda: (*_qkv(), torch.randn(1, H, L, S), False, None, False),
+    "mask per key": lambda: (*_qkv(), torch.randn(S), False, None, False),
+    "fully masked rows": lambda: (
+        *_qkv(),
+        torch.zeros(B, H, L, S, dtype=torch.bool),
+        False,
+        None,
+        False,
+    ),
+    "grouped heads": lambda: (*_qkv(kv_heads=H // 2), None, True, None, True),
+    "float16": lambda: (*(t.half() for t in _qkv()), None, True, None, False),
+    "bfloat16, transformers' layout": lambda: (
+        _hf_layout(B, H, L, E, dtype=torch.bfloat16),
+        _hf_layout(B, H, S, E, dtype=torch.bfloat16),
+        _hf_layout(B, H, S, E, dtype=torch.bfloat16),
+        torch.where(torch.rand(B, 1, 1, S) > 0.3, 0.0, -1e4).to(torch.bfloat16),
+        False,
+        None,
+        False,
+    ),
 }
 
 
@@ -216,14 +243,13 @@ CHUNK_CASES: dict[str, Callable[[], tuple[Any, ...]]] = {
 def test_large_scores_go_by_chunks_of_heads_with_the_same_values_and_counts(
     monkeypatch: pytest.MonkeyPatch, device: Device, case: str, kernel: str
 ) -> None:
-    """Every step is per head, so chunks give the bits and the device figures of one pass."""
+    """Every step is per head, so chunks give the bits, the dtype, the layout and the device
+    figures of one pass."""
     import asic_backend.ops.attention as attention
     from asic_backend.sim import host_gemm, numerics
 
-    q = torch.randn(B, H, L, E)
-    kv_heads = H // 2 if case == "grouped heads" else H
-    k, v = torch.randn(B, kv_heads, S, E), torch.randn(B, kv_heads, S, E + 4)
     args = CHUNK_CASES[case]()
+    q = args[0]
     runs = []
     calls: list[int] = []
     attend = attention._attend
@@ -238,7 +264,7 @@ def test_large_scores_go_by_chunks_of_heads_with_the_same_values_and_counts(
             monkeypatch.setattr(numerics, "CHUNKED_MIN_BYTES", min_bytes)
             monkeypatch.setattr(attention, "SCORES_CHUNK_BYTES", 3 * 4 * L * S)
             device.reset()
-            out = torch.ops.asic.dyn_sdpa(q, k, v, *args, "default")
+            out = torch.ops.asic.dyn_sdpa(*args, "default")
             snap = device.snapshot()
             runs.append((out, (snap.dut_ops, snap.macs, snap.cycles, snap.bytes_moved)))
     (whole, whole_figures), (chunked, chunked_figures) = runs
@@ -246,10 +272,63 @@ def test_large_scores_go_by_chunks_of_heads_with_the_same_values_and_counts(
     assert calls[1:] == [3, 3, 2]  # B·H = 8 heads by 3
     assert torch.equal(chunked, whole)
     assert chunked_figures == whole_figures
-    assert chunked.shape == (B, H, L, E + 4)
-    assert chunked.is_contiguous()
+    assert chunked.shape == (B, H, L, E)
+    assert chunked.dtype == q.dtype
+    assert chunked.stride() == whole.stride() == q.stride()  # q's layout, as eager's kernel
     if case == "fully masked rows":
         assert torch.equal(chunked, torch.zeros_like(chunked))
+
+
+def test_a_chunk_gathers_only_the_masks_its_heads_take() -> None:
+    """A padding mask ``[B, 1, 1, S]`` is B rows, gathered a chunk's heads at a time, never
+    broadcast to ``[B, H, L, S]`` whole."""
+    from asic_backend.ops.attention import _MaskRows
+
+    mask = torch.rand(B, 1, 1, S) > 0.3
+    rows = _MaskRows.of(mask, torch.Size((B, H)))
+    assert rows.rows.shape == (B, 1, S)
+    assert rows.index is not None
+    assert rows.index.tolist() == [0] * H + [1] * H
+    assert torch.equal(rows.of_heads(H - 1, H + 1), mask[:, 0])
+    shared = _MaskRows.of(torch.randn(L, S), torch.Size((B, H)))
+    assert shared.index is None
+    assert shared.of_heads(2, 5).shape == (1, L, S)
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+@pytest.mark.parametrize(
+    ("q_shape", "mask_shape"), [((H, L, E), (1, H, L, S)), ((1, H, L, E), (B, H, L, S))]
+)
+def test_a_mask_that_widens_the_batch_is_refused_as_eager_refuses_it(
+    monkeypatch: pytest.MonkeyPatch,
+    chunked: bool,
+    q_shape: tuple[int, ...],
+    mask_shape: tuple[int, ...],
+) -> None:
+    from asic_backend.sim import numerics
+
+    monkeypatch.setattr(numerics, "CHUNKED_MIN_BYTES", 1 if chunked else 1 << 60)
+    q = torch.randn(q_shape)
+    k = v = torch.randn(*q_shape[:-2], S, E)
+    mask = torch.randn(mask_shape)
+    with pytest.raises(RuntimeError, match="output with shape"):
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    weights = (*q_shape[:-2], L, S)
+    with pytest.raises(
+        RuntimeError,
+        match=re.escape(f"does not broadcast to the attention weights' shape {weights}"),
+    ):
+        torch.ops.asic.dyn_sdpa(q, k, v, mask, False, None, False, "default")
+
+
+def test_the_fake_kernel_refuses_a_mask_of_more_dims_than_q() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q = k = v = torch.empty(H, L, E)
+        mask = torch.empty(1, H, L, L)
+        with pytest.raises(RuntimeError, match="has more dims than q"):
+            torch.ops.asic.dyn_sdpa(q, k, v, mask, False, None, False, "default")
 
 
 def test_chunks_of_heads_take_three_dim_inputs_and_keys_of_other_batch_dims_go_whole(
