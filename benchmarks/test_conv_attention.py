@@ -130,20 +130,31 @@ class Attention:
     heads: int
     length: int
     dim: int
+    #: Keys and values, where they differ from the queries (a decode step: 1 query, a cache).
+    source: int = 0
+
+    @property
+    def kv_length(self) -> int:
+        return self.source or self.length
 
     @property
     def group(self) -> str:
-        return f"{self.name} {self.batch}×{self.heads}×{self.length}×{self.dim}"
+        kv = f" kv {self.source}" if self.source else ""
+        return f"{self.name} {self.batch}×{self.heads}×{self.length}×{self.dim}{kv}"
 
     @property
     def gemms(self) -> list[tuple[int, int, int]]:
         """QKᵀ then PV, per (batch, head)."""
-        per_head = [(self.length, self.dim, self.length), (self.length, self.length, self.dim)]
-        return per_head * (self.batch * self.heads)
+        length, source, dim = self.length, self.kv_length, self.dim
+        return [(length, dim, source), (length, source, dim)] * (self.batch * self.heads)
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
         return self.batch, self.heads, self.length, self.dim
+
+    @property
+    def kv_shape(self) -> tuple[int, int, int, int]:
+        return self.batch, self.heads, self.kv_length, self.dim
 
 
 CONVS = [
@@ -156,6 +167,8 @@ ATTENTIONS = [
     Attention("sdpa prefill", 1, 16, 512, 64),
     # 64 MB of scores, where chunks of heads pay most (asic_backend.ops.attention).
     Attention("sdpa long prefill", 1, 16, 1024, 64),
+    # One token against a 2048-token cache: K and V quantized per call, V by columns.
+    Attention("sdpa decode", 1, 32, 1, 128, source=2048),
 ]
 ROUNDS = 10
 
@@ -180,7 +193,8 @@ def conv_operands(layer: Conv) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
 @functools.cache
 def qkv(layer: Attention) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(layer.length)
-    q, k, v = (torch.randn(layer.shape, generator=g) for _ in range(3))
+    q = torch.randn(layer.shape, generator=g)
+    k, v = (torch.randn(layer.kv_shape, generator=g) for _ in range(2))
     return q, k, v
 
 
@@ -287,9 +301,10 @@ def _exact_gemms(layer: Conv | Attention) -> Callable[[], list[torch.Tensor]]:
         operands = {(m, k, n): (int8(m, k), int8(n, k)) for m, k, n in shapes}
         order = [operands[gemm] for gemm in _gemms(layer)]
         return lambda: [host_gemm.mm_i32(a, w, w_static=True) for a, w in order]
-    heads, length, dim = layer.batch * layer.heads, layer.length, layer.dim
-    q, k = int8(heads, length, dim), int8(heads, length, dim + 1)[..., :dim].contiguous()
-    p, v_t = int8(heads, length, length), int8(heads, dim, length)
+    heads, length, source = layer.batch * layer.heads, layer.length, layer.kv_length
+    dim = layer.dim
+    q, k = int8(heads, length, dim), int8(heads, source, dim + 1)[..., :dim].contiguous()
+    p, v_t = int8(heads, length, source), int8(heads, dim, source)
     return lambda: [host_gemm.bmm_i32(q, k), host_gemm.bmm_i32(p, v_t)]
 
 

@@ -542,12 +542,18 @@ def dut_matmul(
     if batch.numel() * m * k * n == 0:  # nothing to multiply (an empty sum is 0)
         return a.new_zeros((*batch, m, n), dtype=torch.float32)
     a3 = a.expand(*batch, m, k).reshape(batch.numel(), m, k)
-    bt3 = b.expand(*batch, k, n).reshape(batch.numel(), k, n).transpose(1, 2)
+    b3 = b.expand(*batch, k, n).reshape(batch.numel(), k, n)
     aq, a_scale = quantize_sym_rows(a3.reshape(-1, k), consume=consume_a and a3.is_contiguous())
-    bq, b_scale = quantize_sym_rows(bt3.reshape(-1, k))
-    acc = run_bmm_i32(
-        aq.reshape(-1, m, k), bq.reshape(-1, n, k), device=get_device(device), allow_float32=True
-    )
+    # b per column: in one pass over a row-major b (attention's V), else as rows of bᵀ (a copy
+    # unless b is a transposed view, as attention's Kᵀ is).
+    cols = host_passes.quantize_sym_cols(b3, F32_EPS) if b3.is_contiguous() else None
+    if cols is not None:
+        bq_cols, b_scale = cols
+        bq = bq_cols.transpose(1, 2)  # [B, N, K], a view
+    else:
+        bq, b_scale = quantize_sym_rows(b3.transpose(1, 2).reshape(-1, k))
+        bq = bq.reshape(-1, n, k)
+    acc = run_bmm_i32(aq.reshape(-1, m, k), bq, device=get_device(device), allow_float32=True)
     if alpha != 1.0:
         a_scale = a_scale * alpha
     y = numerics.scale_acc(acc, a_scale.reshape(-1, m, 1), b_scale.reshape(-1, 1, n), consume=True)

@@ -7,6 +7,7 @@
  * when the caller asks for more than one (the runtime is torch's own: same soname, loaded). */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -76,6 +77,62 @@ int64_t asic_quantize_sym_f32(const float *x, int64_t rows, int64_t k, int64_t x
     for (int64_t r = 0; r < rows; r++) {
         bad += quantize_row(x + r * x_stride, k, q ? q + r * k : 0, q_f32 ? q_f32 + r * k : 0,
                             scale + r, eps);
+    }
+    return bad;
+}
+
+/* Symmetric per-column int8 of a batch of matrices x [batch, rows, cols] (contiguous) into q
+ * (int8, x's layout), scales into scale[batch * cols]: each column as asic_quantize_sym_f32
+ * takes a row, without the transposed copy a row-major pass would need (attention's V, a
+ * matmul's right operand). Returns the number of matrices holding inf or NaN (their outputs
+ * are not all written). */
+int64_t asic_quantize_sym_cols_f32(const float *x, int64_t batch, int64_t rows, int64_t cols,
+                                   int8_t *q, float *scale, float eps, int threads) {
+    int64_t bad = 0;
+#pragma omp parallel for num_threads(threads) reduction(+ : bad) if (threads > 1)
+    for (int64_t b = 0; b < batch; b++) {
+        const float *xb = x + b * rows * cols;
+        int8_t *qb = q + b * rows * cols;
+        float *sb = scale + b * cols;
+        uint32_t *top = calloc((size_t)cols, sizeof *top);
+        float *recip = malloc((size_t)cols * sizeof *recip);
+        if (!top || !recip) { /* the caller runs the aten kernels */
+            free(top);
+            free(recip);
+            bad++;
+            continue;
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            const float *row = xb + r * cols;
+            for (int64_t j = 0; j < cols; j++) {
+                uint32_t u = abs_bits(row[j]);
+                top[j] = u > top[j] ? u : top[j];
+            }
+        }
+        int finite = 1;
+        for (int64_t j = 0; j < cols; j++) {
+            if (top[j] >= INF_BITS) {
+                finite = 0;
+                break;
+            }
+            float amax;
+            memcpy(&amax, &top[j], sizeof amax);
+            const float s = amax / 127.5f;
+            sb[j] = s < eps ? eps : s;
+            recip[j] = 1.0f / sb[j];
+        }
+        if (finite) {
+            for (int64_t r = 0; r < rows; r++) {
+                const float *row = xb + r * cols;
+                int8_t *out = qb + r * cols;
+                for (int64_t j = 0; j < cols; j++)
+                    out[j] = (int8_t)(int32_t)quantized(row[j], recip[j]);
+            }
+        } else {
+            bad++;
+        }
+        free(top);
+        free(recip);
     }
     return bad;
 }

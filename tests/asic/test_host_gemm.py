@@ -219,6 +219,27 @@ def test_the_scratch_accumulator_is_reused_and_grows() -> None:
     assert (floats.dtype, floats.shape) == (torch.float32, (4, 4, 4))
     assert floats.data_ptr() != host_gemm.scratch_i32(8, 8).data_ptr()
     assert host_gemm.scratch((16, 4), torch.float32).data_ptr() == floats.data_ptr()
+    # Two operands alive at once take two slots.
+    other = host_gemm.scratch((4, 4, 4), torch.float32, slot=1)
+    assert other.data_ptr() != floats.data_ptr()
+    assert host_gemm.scratch((4, 4, 4), torch.float32, slot=1).data_ptr() == other.data_ptr()
+
+
+@pytest.mark.parametrize("kernel", ["float32", "float64"])
+def test_a_batched_gemms_float_operands_are_reused_never_its_result(kernel: str) -> None:
+    """bmm_i32 converts its int8 operands in this thread's buffers, a transposed view into a
+    transposed view (no transposing copy); a result stays the caller's after the next call."""
+    g = torch.Generator().manual_seed(2)
+    a = torch.randint(-128, 128, (3, 5, 40), dtype=torch.int8, generator=g)
+    w_kn = torch.randint(-128, 128, (3, 40, 7), dtype=torch.int8, generator=g)
+    want = a.long() @ w_kn.long()
+    with host_gemm.forced(kernel):
+        first = host_gemm.bmm_i32(a, w_kn.transpose(1, 2), allow_float32=True)
+        kept = first.clone()
+        second = host_gemm.bmm_i32(w_kn.transpose(1, 2), a)
+    assert torch.equal(first.long(), want)
+    assert torch.equal(first, kept)  # the second call wrote elsewhere
+    assert torch.equal(second.long(), want.transpose(1, 2))
 
 
 @pytest.mark.parametrize("zp", [0, 5])
@@ -474,3 +495,33 @@ def test_the_norm_bound_is_what_its_docstring_says() -> None:
     share = host_gemm._max_row_norm(tokens) * host_gemm._max_row_norm(w) / host_gemm.F32_EXACT
     assert 0.7 < share < 0.8
     assert host_gemm.one_gemm_is_exact(tokens, w)
+
+
+def test_the_smaller_operands_sums_decide_first_without_reading_the_larger(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every partial sum is at most ``128 · Σ|a|`` too: where the small operand's rows allow it
+    (a decode step's probabilities by a long V), the norms of the large one are not taken; at
+    the bound's edge the answer is the same as the norms'."""
+    norms: list[tuple[int, ...]] = []
+    max_row_norm = host_gemm._max_row_norm
+
+    def spied(x: torch.Tensor) -> float:
+        norms.append(tuple(x.shape))
+        return max_row_norm(x)
+
+    monkeypatch.setattr(host_gemm, "_max_row_norm", spied)
+    probs = torch.zeros(1, 2048)
+    probs[0, :100] = 127.0  # Σ = 12,700: 128 · Σ is within 2^24
+    v = torch.full((64, 2048), -128.0)
+    assert host_gemm.one_gemm_is_exact(probs, v)
+    assert norms == []
+    exact = (probs.double() @ v.double().t()).abs().max().item()
+    assert exact < host_gemm.F32_EXACT  # what the bound promised
+    # 1,000 values of -128 by themselves: Σ · 128 = 16,384,000, within 2^24; 1,025: not, and
+    # the norms (the same figure here) say no too.
+    worst = [torch.full((1, k), -128.0) for k in (1000, 1025)]
+    assert host_gemm.one_gemm_is_exact(worst[0], worst[0])
+    assert norms == []
+    assert not host_gemm.one_gemm_is_exact(worst[1], worst[1])
+    assert norms == [(1, 1025), (1, 1025)]

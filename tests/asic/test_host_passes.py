@@ -249,6 +249,120 @@ def test_fake_tensors_take_the_aten_kernels() -> None:
     assert (q.shape, scale.shape) == ((4, 30), (4, 1))
 
 
+# -- quantization by columns (a matmul's right operand) ----------------------------------------
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    batch=st.integers(1, 3),
+    k=st.integers(2, 40),
+    n=st.integers(1, 9),
+    data=st.data(),
+)
+def test_quantization_by_columns_is_the_golden_model(
+    batch: int, k: int, n: int, data: st.DataObject
+) -> None:
+    """Each column of each matrix as the golden model quantizes a row, any float32 values."""
+    magnitude = data.draw(st.sampled_from([1e-40, 1e-3, 1.0, 1e30, 3e38]))
+    values = data.draw(st.lists(_FLOAT32, min_size=batch * k * n, max_size=batch * k * n))
+    x = torch.tensor(values, dtype=torch.float32).reshape(batch, k, n)
+    x = (x / max(1.0, float(x.abs().max())) * magnitude).nan_to_num(posinf=3e38, neginf=-3e38)
+    with host_passes.forced("native"):
+        fused = host_passes.quantize_sym_cols(x, F32_EPS)
+    assert fused is not None
+    q, scale = fused
+    assert (q.shape, scale.shape) == ((batch, k, n), (batch, 1, n))
+    for b in range(batch):
+        want_q, want_scale = _golden_quantized(x[b].t())
+        assert q[b].t().tolist() == want_q
+        assert scale[b, 0].tolist() == want_scale
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_quantization_by_columns_equals_the_aten_kernels_on_the_transposed_rows(
+    threads: int,
+) -> None:
+    """The values ``quantize_sym_rows`` gives the transposed copy, past PARALLEL_MIN_NUMEL."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(6, 300, 70, generator=g) * torch.rand(6, 1, 70, generator=g) * 50
+    x[2, :, 3] = 0.0  # a column of zeros: the scale floors at eps
+    x[4, 7, 5] = x[4, 8, 5] = -x[4, :, 5].abs().max()  # its largest value twice, negative
+    with torch_threads(threads):
+        fused = host_passes.quantize_sym_cols(x, F32_EPS)
+        with host_passes.forced("aten"):
+            q_rows, scale_rows = quantize_sym_rows(x.transpose(1, 2).reshape(-1, 300))
+    assert fused is not None
+    q, scale = fused
+    assert torch.equal(q.transpose(1, 2).reshape(-1, 300), q_rows)
+    assert torch.equal(
+        scale.reshape(-1).view(torch.int32), scale_rows.reshape(-1).view(torch.int32)
+    )
+
+
+@pytest.mark.parametrize(
+    "x",
+    [
+        torch.randn(3, 30, 4, dtype=torch.bfloat16),
+        torch.randn(30, 4),
+        torch.randn(3, 1, 4),
+        torch.randn(3, 4, 30).mT,
+        torch.randn(0, 30, 4),
+        torch.randn(3, 30, 0),
+    ],
+    ids=["bfloat16", "2-D", "one value a column", "transposed", "no matrices", "no columns"],
+)
+def test_what_the_quantization_by_columns_does_not_take(x: torch.Tensor) -> None:
+    assert host_passes.quantize_sym_cols(x, F32_EPS) is None
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+def test_a_column_holding_inf_or_nan_takes_the_aten_kernels(bad: float) -> None:
+    x = torch.randn(2, 30, 4)
+    x[1, 5, 2] = bad
+    assert host_passes.quantize_sym_cols(x, F32_EPS) is None
+
+
+@pytest.mark.parametrize("kernel", ["int_mm", "float32"])
+@pytest.mark.parametrize("right", ["row-major (V)", "a transposed view (Kᵀ)"])
+def test_a_matmuls_right_operand_by_columns_gives_the_aten_kernels_values_and_counts(
+    kernel: str, right: str
+) -> None:
+    """``dut_matmul`` with the right operand quantized where it lies: the bits and the device
+    figures of the aten kernels' transposed copy."""
+    from asic_backend.ops.linear import dut_matmul
+    from asic_backend.sim import host_gemm
+    from asic_backend.sim.device import get_device
+
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(2, 3, 5, 40, generator=g)
+    b = torch.randn(2, 3, 40, 7, generator=g)
+    if right != "row-major (V)":
+        b = torch.randn(2, 3, 7, 40, generator=g).transpose(-2, -1)
+    device = get_device()
+    by_columns = []
+    quantize_sym_cols = host_passes.quantize_sym_cols
+
+    def spied(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor] | None:
+        result = quantize_sym_cols(x, eps)
+        by_columns.append(result is not None)
+        return result
+
+    runs = []
+    with host_gemm.forced(kernel), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(host_passes, "quantize_sym_cols", spied)
+        for mode in ("native", "aten"):
+            device.reset()
+            with host_passes.forced(mode):
+                y = dut_matmul(a, b, "default", alpha=0.5)
+            snap = device.snapshot()
+            runs.append((y, (snap.dut_ops, snap.macs, snap.cycles, snap.bytes_moved)))
+    # Only a row-major right operand is quantized where it lies, and only with native passes.
+    assert by_columns == ([True, False] if right == "row-major (V)" else [])
+    (native, native_figures), (aten, aten_figures) = runs
+    assert torch.equal(native.view(torch.int32), aten.view(torch.int32))
+    assert native_figures == aten_figures
+
+
 # -- rescale -----------------------------------------------------------------------------------
 
 
