@@ -369,10 +369,19 @@ def _as_float(x: torch.Tensor, dtype: torch.dtype, slot: int) -> torch.Tensor:
     """A batched GEMM's int8 operand ``[B, R, K]`` as ``dtype`` in this thread's reused buffer
     (:func:`scratch`), laid out as ``x`` is (a transposed view stays one): a new tensor would
     start on fresh pages the OS must fault in, 15 of a 2048-token decode attention's V
-    conversion's 16 ms (32 heads, one thread, AVX-512 host)."""
+    conversion's 16 ms (32 heads, one thread, AVX-512 host). A new tensor where the buffer would
+    pass :data:`SCRATCH_OPERAND_MAX_BYTES` (kept for the thread's life) and for any tensor but a
+    plain CPU one (a fake or meta tensor has no data to copy)."""
+    if x.numel() * dtype.itemsize > SCRATCH_OPERAND_MAX_BYTES or not plain(x):
+        return x.to(dtype)
     if x.dim() == 3 and not x.is_contiguous() and x.mT.is_contiguous():
         return scratch(tuple(x.mT.shape), dtype, slot).copy_(x.mT).mT
     return scratch(tuple(x.shape), dtype, slot).copy_(x)
+
+
+#: The largest float operand :func:`bmm_i32` converts into a reused buffer: 64 MiB a slot (a
+#: decode step's V at 32 heads × 4096 keys × 128), two slots a dtype and thread at most.
+SCRATCH_OPERAND_MAX_BYTES = 64 << 20
 
 
 def scratch_i32(m: int, n: int) -> torch.Tensor:
@@ -425,6 +434,26 @@ class _Scratch(threading.local):
 
 
 _scratch = _Scratch()
+
+
+def plain(t: torch.Tensor) -> bool:
+    """A CPU tensor with storage (a parameter too), outside any tracing: what the host's own
+    buffers and loops may touch directly (:func:`scratch` copies, :mod:`host_passes`' native
+    loops). Another subclass (fake, functional), a wrapper, or a dispatch mode (a tracer
+    records aten ops; a native loop would be unseen) takes the aten kernels."""
+    return (
+        type(t) in _PLAIN_TYPES
+        and t.device.type == "cpu"
+        and torch._C._len_torch_dispatch_stack() == 0
+        # Wrappers of a plain type: functionalization's (no data of its own: a null pointer),
+        # vmap's and grad's (no storage), and a JIT trace (it would record constants).
+        and not torch._is_functional_tensor(t)
+        and not torch._C._functorch.is_functorch_wrapped_tensor(t)
+        and not torch._C._get_tracing_state()
+    )
+
+
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
 def kernel_for(k: int) -> str:

@@ -52,6 +52,7 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from asic_backend.sim import host_gemm
+from asic_backend.sim.host_gemm import plain
 
 __all__ = [
     "DEPTHWISE_MAX_TAPS",
@@ -161,7 +162,7 @@ def quantize_sym(
     stride) in one loop a row, scales floored at ``eps``: ``(q, scale [M, 1])``, ``q`` int8 or,
     with ``out`` (float32, contiguous, ``x``'s shape), ``out`` holding the same values. None
     where the fused pass does not apply (the caller runs the aten kernels)."""
-    if x.dtype != torch.float32 or x.dim() != 2 or not _plain(x):
+    if x.dtype != torch.float32 or x.dim() != 2 or not plain(x):
         return None
     native = _active()  # after the checks: a traced call never loads the library
     if native is None:
@@ -198,7 +199,7 @@ def quantize_sym_cols(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.
     operand is quantized per column (attention's V); a row-major pass would first copy it
     transposed, which took 26 of a 2048-token decode attention's 35 ms (one thread, AVX-512
     host). None where the fused pass does not apply."""
-    if x.dtype != torch.float32 or x.dim() != 3 or not x.is_contiguous() or not _plain(x):
+    if x.dtype != torch.float32 or x.dim() != 3 or not x.is_contiguous() or not plain(x):
         return None
     native = _active()  # after the checks: a traced call never loads the library
     if native is None:
@@ -229,7 +230,7 @@ def scale_rows(
     ``[N]``. A batch ``[B, M, N]`` (attention's scores, ``dyn_matmul``) takes one scale a row
     (``[B, M, 1]``) and one a column of each matrix (``[B, 1, N]``), without a bias. None where
     the fused pass does not apply."""
-    if acc.dim() not in (2, 3) or not acc.is_contiguous() or not _plain(acc):
+    if acc.dim() not in (2, 3) or not acc.is_contiguous() or not plain(acc):
         return None
     native = _active()  # after the checks: a traced call never loads the library
     if native is None:
@@ -279,7 +280,7 @@ def scale_planes(
     one loop a plane: into ``out`` (float32, contiguous, ``acc``'s shape) if given, else in
     ``acc``'s own memory if float32, else new. ``scale``: float32 ``[N, C, 1, ...]``, contiguous;
     ``bias``: float32 ``[C]``. None where the fused pass does not apply."""
-    if acc.dim() < 3 or not acc.is_contiguous() or not _plain(acc):
+    if acc.dim() < 3 or not acc.is_contiguous() or not plain(acc):
         return None
     native = _active()  # after the checks: a traced call never loads the library
     if native is None:
@@ -346,7 +347,7 @@ def depthwise_conv(
     the quantization, the convolution and the rescale apart, with the same values. Each plane's
     quantized values stay in the CPU's caches from quantization to rescale, where apart they
     make three passes over memory."""
-    if x.dtype != torch.float32 or x.dim() != 4 or not _plain(x):
+    if x.dtype != torch.float32 or x.dim() != 4 or not plain(x):
         return None
     native = _active()  # after the checks: a traced call never loads the library
     if native is None:
@@ -383,29 +384,10 @@ def _active() -> _Native | None:
     return _build().native
 
 
-def _plain(t: torch.Tensor) -> bool:
-    """A CPU tensor with storage (a parameter too), outside any tracing: another subclass
-    (fake, functional), a wrapper, or a dispatch mode (a tracer records aten ops; the fused
-    loop would be unseen) takes the aten kernels."""
-    return (
-        type(t) in _PLAIN_TYPES
-        and t.device.type == "cpu"
-        and torch._C._len_torch_dispatch_stack() == 0
-        # Wrappers of a plain type: functionalization's (no data of its own: a null pointer),
-        # vmap's and grad's (no storage), and a JIT trace (it would record constants).
-        and not torch._is_functional_tensor(t)
-        and not torch._C._functorch.is_functorch_wrapped_tensor(t)
-        and not torch._C._get_tracing_state()
-    )
-
-
-_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
-
-
 def _f32(t: torch.Tensor, shape: tuple[int, ...]) -> bool:
     """Whether ``t`` is a plain contiguous float32 tensor of ``shape``: an operand (a bias, a
     weight) or an output the native loops read or write as a flat array."""
-    return _plain(t) and t.dtype == torch.float32 and tuple(t.shape) == shape and t.is_contiguous()
+    return plain(t) and t.dtype == torch.float32 and tuple(t.shape) == shape and t.is_contiguous()
 
 
 def _scale_kernel(native: _Native, dtype: torch.dtype) -> Callable[..., Any] | None:
@@ -416,7 +398,7 @@ def _scale_kernel(native: _Native, dtype: torch.dtype) -> Callable[..., Any] | N
 def _step(t: torch.Tensor, length: int, *shapes: tuple[int, ...]) -> int | None:
     """1 if float32 ``t`` holds one value per index (one of ``shapes``, contiguous), 0 if one
     for all, None otherwise."""
-    if not _plain(t) or t.dtype != torch.float32:
+    if not plain(t) or t.dtype != torch.float32:
         return None
     if t.numel() == 1:
         return 0

@@ -497,6 +497,61 @@ def test_the_norm_bound_is_what_its_docstring_says() -> None:
     assert host_gemm.one_gemm_is_exact(tokens, w)
 
 
+def test_a_batched_gemm_of_a_row_major_right_operand_takes_it_as_it_lies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``_int_mm`` gets each ``[K, N]`` matrix itself (a packed ``[N, K]`` copy took 7x the
+    GEMMs of a decode step's PV)."""
+    a = torch.randint(-128, 128, (3, 1, 40), dtype=torch.int8)
+    w_kn = torch.randint(-128, 128, (3, 40, 7), dtype=torch.int8)
+    seen: list[int] = []
+    int_mm = torch._int_mm
+
+    def spied(a: torch.Tensor, b: torch.Tensor, **kwargs: object) -> torch.Tensor:
+        seen.append(b.data_ptr())
+        return int_mm(a, b, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(torch, "_int_mm", spied)
+    with host_gemm.forced("int_mm"):
+        acc = host_gemm.bmm_i32(a, w_kn.transpose(1, 2))
+    assert seen == [w_kn[i].data_ptr() for i in range(3)]
+    assert torch.equal(acc.long(), a.long() @ w_kn.long())
+
+
+@pytest.mark.parametrize("kernel", ["float32", "float64"])
+def test_a_batched_gemm_of_fake_or_meta_operands_keeps_its_shape(kernel: str) -> None:
+    """No data to copy into the reused buffers: the operands are converted as they are."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    meta = [torch.empty(s, dtype=torch.int8, device="meta") for s in ((2, 3, 40), (2, 5, 40))]
+    with host_gemm.forced(kernel):
+        assert host_gemm.bmm_i32(*meta).shape == (2, 3, 5)
+        with FakeTensorMode():
+            a, w = torch.empty(2, 3, 40, dtype=torch.int8), torch.empty(2, 5, 40, dtype=torch.int8)
+            assert host_gemm.bmm_i32(a, w).shape == (2, 3, 5)
+
+
+def test_an_operand_past_the_cap_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thread keeps no buffer for an operand larger than SCRATCH_OPERAND_MAX_BYTES."""
+    import threading
+
+    monkeypatch.setattr(host_gemm, "SCRATCH_OPERAND_MAX_BYTES", 4 * 3 * 5 * 40 - 1)
+    a = torch.randint(-128, 128, (3, 5, 40), dtype=torch.int8)
+    w = torch.randint(-128, 128, (3, 2, 40), dtype=torch.int8)
+    kept: list[object] = []
+
+    def run() -> None:
+        with host_gemm.forced("float32"):
+            acc = host_gemm.bmm_i32(a, w)
+        assert torch.equal(acc.long(), a.long() @ w.long().transpose(1, 2))
+        kept.extend(sorted(str(key) for key in host_gemm._scratch.bufs))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert kept == ["(torch.float32, 1)"]  # w (480 bytes) only; a (2,400) past the cap
+
+
 def test_the_smaller_operands_sums_decide_first_without_reading_the_larger(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
