@@ -366,6 +366,27 @@ def test_a_matmuls_right_operand_by_columns_gives_the_aten_kernels_values_and_co
 # -- rescale -----------------------------------------------------------------------------------
 
 
+def _assert_rescales_alike(
+    acc: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    bias: torch.Tensor | None,
+    *,
+    consume: bool,
+    threads: int,
+) -> None:
+    """``scale_acc`` native and aten: the same bits, in the accumulator's memory if consumed."""
+    results = []
+    with torch_threads(threads):
+        for mode in ("native", "aten"):
+            work = acc.clone()
+            with host_passes.forced(mode):
+                y = numerics.scale_acc(work, a, b, bias=bias, consume=consume)
+            assert (y.data_ptr() == work.data_ptr()) == consume
+            results.append(y)
+    assert torch.equal(results[0].view(torch.int32), results[1].view(torch.int32))
+
+
 @settings(max_examples=100, deadline=None)
 @given(
     m=st.integers(1, 6),
@@ -411,16 +432,7 @@ def test_rescale_equals_the_aten_kernels_in_the_same_memory(
     a = torch.rand(m, 1, generator=g)
     b = torch.rand({"[N]": (n,), "[1, N]": (1, n), "[1]": (1,)}[b_shape], generator=g)
     c = torch.randn(n, generator=g) if bias else None
-    consume = form != "int32"
-    results = []
-    with torch_threads(threads):
-        for mode in ("native", "aten"):
-            work = acc.clone()
-            with host_passes.forced(mode):
-                y = numerics.scale_acc(work, a, b, bias=c, consume=consume)
-            assert (y.data_ptr() == work.data_ptr()) == consume
-            results.append(y)
-    assert torch.equal(results[0].view(torch.int32), results[1].view(torch.int32))
+    _assert_rescales_alike(acc, a, b, c, consume=form != "int32", threads=threads)
 
 
 @settings(max_examples=60, deadline=None)
@@ -466,16 +478,7 @@ def test_a_batch_of_matrices_rescale_equals_the_aten_kernels_in_the_same_memory(
         acc = acc.to(torch.float32)
     a = torch.rand(batch, m, 1, generator=g)
     b = torch.rand(batch, 1, n, generator=g)
-    consume = form != "int32"
-    results = []
-    with torch_threads(threads):
-        for mode in ("native", "aten"):
-            work = acc.clone()
-            with host_passes.forced(mode):
-                y = numerics.scale_acc(work, a, b, consume=consume)
-            assert (y.data_ptr() == work.data_ptr()) == consume
-            results.append(y)
-    assert torch.equal(results[0].view(torch.int32), results[1].view(torch.int32))
+    _assert_rescales_alike(acc, a, b, None, consume=form != "int32", threads=threads)
 
 
 @pytest.mark.parametrize(

@@ -238,10 +238,30 @@ CHUNK_CASES: dict[str, Callable[[], tuple[Any, ...]]] = {
 }
 
 
+@pytest.fixture
+def attend_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The heads of each call of ``dyn_sdpa``'s ``_attend``: one call a chunk."""
+    import asic_backend.ops.attention as attention
+
+    calls: list[int] = []
+    attend = attention._attend
+
+    def counted(q: torch.Tensor, *rest: Any) -> torch.Tensor:
+        calls.append(q.shape[0])
+        return attend(q, *rest)
+
+    monkeypatch.setattr(attention, "_attend", counted)
+    return calls
+
+
 @pytest.mark.parametrize("kernel", ["int_mm", "float32"])
 @pytest.mark.parametrize("case", list(CHUNK_CASES))
 def test_large_scores_go_by_chunks_of_heads_with_the_same_values_and_counts(
-    monkeypatch: pytest.MonkeyPatch, device: Device, case: str, kernel: str
+    monkeypatch: pytest.MonkeyPatch,
+    device: Device,
+    attend_calls: list[int],
+    case: str,
+    kernel: str,
 ) -> None:
     """Every step is per head, so chunks give the bits, the dtype, the layout and the device
     figures of one pass."""
@@ -251,14 +271,6 @@ def test_large_scores_go_by_chunks_of_heads_with_the_same_values_and_counts(
     args = CHUNK_CASES[case]()
     q = args[0]
     runs = []
-    calls: list[int] = []
-    attend = attention._attend
-
-    def counted(q: torch.Tensor, *rest: Any) -> torch.Tensor:
-        calls.append(q.shape[0])
-        return attend(q, *rest)
-
-    monkeypatch.setattr(attention, "_attend", counted)
     with host_gemm.forced(kernel):
         for min_bytes in (1 << 60, 1):  # whole, then by chunks of 3 heads of 8×12
             monkeypatch.setattr(numerics, "CHUNKED_MIN_BYTES", min_bytes)
@@ -268,6 +280,7 @@ def test_large_scores_go_by_chunks_of_heads_with_the_same_values_and_counts(
             snap = device.snapshot()
             runs.append((out, (snap.dut_ops, snap.macs, snap.cycles, snap.bytes_moved)))
     (whole, whole_figures), (chunked, chunked_figures) = runs
+    calls = attend_calls
     assert calls[0] == B  # the whole batch: [B, H, L, E] in one call
     assert calls[1:] == [3, 3, 2]  # B·H = 8 heads by 3
     assert torch.equal(chunked, whole)
@@ -332,7 +345,7 @@ def test_the_fake_kernel_refuses_a_mask_of_more_dims_than_q() -> None:
 
 
 def test_chunks_of_heads_take_three_dim_inputs_and_keys_of_other_batch_dims_go_whole(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, attend_calls: list[int]
 ) -> None:
     """``[heads, L, E]`` goes by chunks; keys whose batch dims differ from q's (broadcast) take
     the one-pass path."""
@@ -341,22 +354,14 @@ def test_chunks_of_heads_take_three_dim_inputs_and_keys_of_other_batch_dims_go_w
 
     monkeypatch.setattr(numerics, "CHUNKED_MIN_BYTES", 1)
     monkeypatch.setattr(attention, "SCORES_CHUNK_BYTES", 4 * L * S)  # a head a chunk
-    calls: list[int] = []
-    attend = attention._attend
-
-    def counted(q: torch.Tensor, *rest: Any) -> torch.Tensor:
-        calls.append(q.shape[0])
-        return attend(q, *rest)
-
-    monkeypatch.setattr(attention, "_attend", counted)
     q, k, v = torch.randn(H, L, E), torch.randn(H, S, E), torch.randn(H, S, E)
     mask = torch.randn(L, S)
     with sdpa_kernel(SDPBackend.MATH):
         for args in ((None,), (mask,)):
             out = torch.ops.asic.dyn_sdpa(q, k, v, *args, False, None, False, "default")
             assert_close_to_fp32(out, F.scaled_dot_product_attention(q, k, v, attn_mask=args[0]))
-        assert calls == [1] * (2 * H)
+        assert attend_calls == [1] * (2 * H)
         k1, v1 = torch.randn(1, S, E), torch.randn(1, S, E)
         out = torch.ops.asic.dyn_sdpa(q, k1, v1, None, False, None, False, "default")
         assert_close_to_fp32(out, F.scaled_dot_product_attention(q, k1, v1))
-        assert calls[2 * H :] == [H]
+        assert attend_calls[2 * H :] == [H]
