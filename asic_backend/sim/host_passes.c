@@ -26,8 +26,17 @@ static inline uint32_t abs_bits(float v) {
     return u & 0x7fffffffu;
 }
 
-/* The symmetric scale of k values: max(max|x| / 127.5, eps) into *scale; returns 1, writing
- * nothing, if they hold inf or NaN. */
+/* The symmetric scale of values whose largest |x| has the (finite) bits top:
+ * max(max|x| / 127.5, eps). */
+static inline float scale_of(uint32_t top, float eps) {
+    float amax;
+    memcpy(&amax, &top, sizeof amax);
+    const float s = amax / 127.5f;
+    return s < eps ? eps : s;
+}
+
+/* The symmetric scale of k values into *scale; returns 1, writing nothing, if they hold inf or
+ * NaN. */
 static int sym_scale(const float *x, int64_t k, float eps, float *scale) {
     uint32_t top = 0;
     for (int64_t i = 0; i < k; i++) {
@@ -35,10 +44,7 @@ static int sym_scale(const float *x, int64_t k, float eps, float *scale) {
         top = b > top ? b : top;
     }
     if (top >= INF_BITS) return 1;
-    float amax;
-    memcpy(&amax, &top, sizeof amax);
-    const float s = amax / 127.5f;
-    *scale = s < eps ? eps : s;
+    *scale = scale_of(top, eps);
     return 0;
 }
 
@@ -115,10 +121,7 @@ int64_t asic_quantize_sym_cols_f32(const float *x, int64_t batch, int64_t rows, 
                 finite = 0;
                 break;
             }
-            float amax;
-            memcpy(&amax, &top[j], sizeof amax);
-            const float s = amax / 127.5f;
-            sb[j] = s < eps ? eps : s;
+            sb[j] = scale_of(top[j], eps);
             recip[j] = 1.0f / sb[j];
         }
         if (finite) {
