@@ -192,11 +192,13 @@ def forced_kernel(name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
 
 
 def timed_kernels(disabled: bool) -> tuple[str, ...]:
-    """The host GEMM kernels a benchmark runs side by side: ``int_mm`` and ``float32`` (what a
-    host with and without an int8 dot-product unit uses), or only this host's own in a plain
-    (benchmark-disabled) run, where forcing ``int_mm`` on an AVX2-only CI runner would cost
-    seconds per prefill GEMM and measure nothing."""
-    return (host_gemm.kernel(),) if disabled else ("int_mm", "float32")
+    """The host GEMM kernels a benchmark runs side by side: ``int_mm`` (what a host with an int8
+    dot-product unit uses), ``float32`` and, where it builds, ``int16`` (what a host without one
+    uses), or only this host's own in a plain (benchmark-disabled) run, where forcing ``int_mm``
+    on an AVX2-only CI runner would cost seconds per prefill GEMM and measure nothing."""
+    if disabled:
+        return (host_gemm.kernel(),)
+    return tuple(name for name in host_gemm.available_kernels() if name != "float64")
 
 
 def smoke_rows(m: int, disabled: bool) -> int:

@@ -46,7 +46,7 @@ from asic_backend.sim.device import (
     run_conv_i32_by_chunks,
     run_conv_requant,
 )
-from asic_backend.sim.host_gemm import scratch
+from asic_backend.sim.host import scratch
 from asic_backend.sim.tensor_cache import new_cache, stamp
 
 __all__ = ["dyn_conv", "dyn_weight_conv", "qconv"]

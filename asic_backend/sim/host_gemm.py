@@ -1,11 +1,16 @@
 """Which exact host kernel computes the DUT's int8 × int8 → int32 products.
 
 The simulated DUT's numbers do not depend on how the host computes them, only that it does so
-exactly. Three kernels are exact for every reduction length the int32 fast path takes
+exactly. Four kernels are exact for every reduction length the int32 fast path takes
 (``K <= INT_MM_MAX_K``):
 
 - ``int_mm``: ``torch._int_mm``, fast where the CPU has an int8 dot-product unit (AVX-512 VNNI,
-  AVX-VNNI, AMX), and 10-20x slower than a float GEMM where it has not (AVX2 alone);
+  AVX-VNNI, AMX), and 10-30x slower than a float GEMM where it has not (AVX2 alone);
+- ``int16``: the project's own native GEMM (:mod:`asic_backend.sim.int16_gemm`), for AVX2
+  alone: the int8 values widened to int16, multiplied and summed in pairs into int32, by a
+  packed int8 copy of the weight. AVX2 code on the AVX-512 VNNI host took 0.22x to 0.34x
+  fp32's ``F.linear`` at decode (1 and 8 rows: it reads a byte a weight, fp32 four) and 0.54x
+  to 0.62x at prefill (128 to 512 rows), one thread;
 - ``float32``: float32 GEMMs over slices of K, summed in int32: every product of two int8
   values is at most 2^14 in magnitude, so a slice of :data:`FLOAT32_SLICE` keeps every partial
   sum an integer within 2^24, which float32 holds exactly, in any summation order; a weight
@@ -16,17 +21,18 @@ exactly. Three kernels are exact for every reduction length the int32 fast path 
   ``float32`` (1.3-1.8x slower at each of the int8 benchmark's layer shapes, on an AVX-512
   host), so only forcing it picks it.
 
-:func:`kernel` picks one: ``$ASIC_HOST_GEMM`` (``int_mm``, ``float32``, ``float64`` or
-``auto``), else ``auto``: ``int_mm`` on a CPU with an int8 dot-product unit, ``float32``
-otherwise. The CPU is read once per process; the variable on each use (a dictionary lookup),
-so a test or a benchmark can set it. Under ``int_mm``, a GEMM ``torch._int_mm`` would get wrong
-(K < :data:`INT_MM_MIN_K`, or a host whose int8 kernel saturates) takes ``float32``.
-:func:`mm_i32` and :func:`bmm_i32` are the products every DUT GEMM goes through; the float
-kernels keep the float copy of a weight (``w_static``) while it is unchanged, since converting
-it costs as much as the GEMM.
+:func:`kernel` picks one: ``$ASIC_HOST_GEMM`` (``int_mm``, ``float32``, ``float64``,
+``int16`` or ``auto``), else ``auto``: ``int_mm`` on a CPU with an int8 dot-product unit, else
+``int16`` where it is available (the native library built, with AVX2), else ``float32``. The
+CPU is read once per process; the variable on each use (a dictionary lookup), so a test or a
+benchmark can set it. Under ``int_mm``, a GEMM ``torch._int_mm`` would get wrong (K <
+:data:`INT_MM_MIN_K`, or a host whose int8 kernel saturates) takes ``float32``.
+:func:`mm_i32` and :func:`bmm_i32` are the products every DUT GEMM goes through; the kernels
+keep their copy of a weight (``w_static``: float, or packed) while it is unchanged, since
+making it costs as much as the GEMM.
 
->>> kernel()                                  # on an AVX2-only host
-'float32'
+>>> kernel()                                  # on an AVX2-only host with a C compiler
+'int16'
 >>> mm_i32(a_q, w_q).dtype                    # a_q int8 [M, K], w_q int8 [N, K]
 torch.int32
 """
@@ -35,15 +41,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import os
-import threading
 import warnings
 from collections.abc import Iterator
 from typing import NamedTuple
 
 import torch
 
+from asic_backend.sim import int16_gemm
+from asic_backend.sim.host import cpu_flags, plain, scratch
 from asic_backend.sim.tensor_cache import new_cache, stamp
 
 __all__ = [
@@ -52,6 +58,7 @@ __all__ = [
     "FLOAT32_SLICE",
     "INT_MM_MIN_K",
     "KERNELS",
+    "available_kernels",
     "bmm_i32",
     "cpu_flags",
     "describe",
@@ -63,13 +70,14 @@ __all__ = [
     "kernel_for",
     "mm_i32",
     "one_gemm_is_exact",
+    "reset",
     "scratch",
     "scratch_i32",
     "slice_length",
 ]
 
 #: The kernels, by name.
-KERNELS: tuple[str, ...] = ("int_mm", "float32", "float64")
+KERNELS: tuple[str, ...] = ("int_mm", "float32", "float64", "int16")
 #: The environment variable that forces one (or ``auto``).
 ENV_VAR = "ASIC_HOST_GEMM"
 #: float32's last exact integer step: every partial sum of a float32 GEMM slice stays within it.
@@ -97,10 +105,32 @@ def kernel() -> str:
 def _from_env(raw: str) -> str:
     value = raw.strip().lower() or "auto"
     if value == "auto":
-        return "int_mm" if has_int8_unit() else "float32"
+        if has_int8_unit():
+            return "int_mm"
+        return "int16" if int16_gemm.available() else "float32"
     if value not in KERNELS:
         raise ValueError(f"${ENV_VAR}={value!r} is not one of {', '.join((*KERNELS, 'auto'))}")
+    if value == "int16":
+        _require_int16(f"${ENV_VAR}=int16")
     return value
+
+
+def reset() -> None:
+    """Choose again at the next use: ``auto`` and ``int16`` depend on the native library's build
+    (:func:`asic_backend.sim.host_passes.reset` calls this)."""
+    _from_env.cache_clear()
+
+
+def available_kernels() -> tuple[str, ...]:
+    """The kernels this process can use (:func:`forced`): all but ``int16`` where it did not
+    build."""
+    return tuple(name for name in KERNELS if name != "int16" or int16_gemm.available())
+
+
+def _require_int16(asked: str) -> None:
+    if not int16_gemm.available():
+        reason = int16_gemm.unavailable_reason()
+        raise RuntimeError(f"asic: {asked}, but the int16 kernel is not available: {reason}")
 
 
 def describe() -> str:
@@ -112,6 +142,8 @@ def describe() -> str:
     if spec != "auto":
         return f"{name} (${ENV_VAR}={spec})"
     unit = "an int8 dot-product unit" if has_int8_unit() else "no int8 dot-product unit"
+    if name == "float32":
+        return f"{name} (auto: {unit} on this CPU; int16: {int16_gemm.unavailable_reason()})"
     return f"{name} (auto: {unit} on this CPU)"
 
 
@@ -126,22 +158,13 @@ def has_int8_unit() -> bool:
     return "AVX512" in capability or "AMX" in capability
 
 
-@functools.cache
-def cpu_flags() -> tuple[str, ...]:
-    """This CPU's feature flags as Linux lists them (``/proc/cpuinfo``); empty elsewhere."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
-            line = next((line for line in fh if line.startswith(("flags", "Features"))), "")
-    except OSError:
-        return ()
-    return tuple(line.partition(":")[2].split())
-
-
 @contextlib.contextmanager
 def forced(name: str) -> Iterator[None]:
     """Use kernel ``name`` in the block (tests run the numerics under each one)."""
     if name not in KERNELS:
         raise ValueError(f"unknown host GEMM kernel {name!r}; known: {', '.join(KERNELS)}")
+    if name == "int16":
+        _require_int16("the int16 host GEMM was forced")
     _forced.append(name)
     try:
         yield
@@ -167,7 +190,7 @@ def mm_i32(
     (``out`` unused), for a caller that rescales it in float32: the round trip through int32
     would cost two passes and change no value.
     """
-    name = kernel_for(a_q.shape[1])
+    name = kernel_for(a_q.shape[1], a_q, w_q)
     if name == "int_mm":
         a = _row_major(a_q)
         if w_static:
@@ -175,6 +198,9 @@ def mm_i32(
         else:
             w = _row_major(w_q).t()
         return torch._int_mm(a, w, out=out) if out is not None else torch._int_mm(a, w)
+    if name == "int16":
+        packed = _packed(w_q) if w_static else int16_gemm.pack(w_q)
+        return int16_gemm.mm(a_q, packed, out=out)
     dtype = torch.float64 if name == "float64" else torch.float32
     if dtype == torch.float32 and w_static:
         return _float32_weight_gemm(a_q, w_q, out, allow_float32)
@@ -347,7 +373,7 @@ def bmm_i32(a_q: torch.Tensor, w_q: torch.Tensor, *, allow_float32: bool = False
     exactly (the caller guarantees ``K <= INT_MM_MAX_K``). ``allow_float32``: as
     :func:`mm_i32` takes it (one float32 slice: that float32 tensor, the same values)."""
     batch, m, k = a_q.shape
-    name = kernel_for(k)
+    name = kernel_for(k, a_q, w_q)
     if name == "int_mm":
         acc = torch.empty((batch, m, w_q.shape[1]), dtype=torch.int32, device=a_q.device)
         for i in range(batch):
@@ -358,6 +384,11 @@ def bmm_i32(a_q: torch.Tensor, w_q: torch.Tensor, *, allow_float32: bool = False
             torch._int_mm(
                 _row_major(a_q[i]), wt if _is_row_major(wt) else _row_major(w_q[i]).t(), out=acc[i]
             )
+        return acc
+    if name == "int16":
+        acc = torch.empty((batch, m, w_q.shape[1]), dtype=torch.int32, device=a_q.device)
+        for i in range(batch):
+            int16_gemm.mm(a_q[i], int16_gemm.pack(w_q[i]), out=acc[i])
         return acc
     # One batched float GEMM (per K slice) instead of B small ones.
     dtype = torch.float64 if name == "float64" else torch.float32
@@ -394,73 +425,15 @@ def scratch_i32(m: int, n: int) -> torch.Tensor:
     return scratch((m, n), torch.int32)
 
 
-def scratch(shape: tuple[int, ...], dtype: torch.dtype, slot: int = 0) -> torch.Tensor:
-    """A contiguous ``dtype`` tensor of ``shape`` this thread reuses from call to call (one
-    buffer per dtype and ``slot``, grown to the largest shape asked), for a caller that is done
-    with it before it asks again: a DUT op's operand or accumulator, never its result. Two
-    operands alive at once take two slots."""
-    # The view of each shape is kept too: two tensor ops a call are two dispatches, each a
-    # cache miss or more once a model's other layers have run in between.
-    views = _scratch.views
-    key = (shape, dtype, slot)
-    view = views.get(key)
-    if view is not None:
-        return view
-    numel = math.prod(shape)
-    buf = _scratch.bufs.get((dtype, slot))
-    if buf is None or buf.numel() < numel:
-        # A normal tensor even under inference_mode, so it can be written outside it later.
-        with torch.inference_mode(False):
-            buf = _scratch.bufs[(dtype, slot)] = torch.empty(numel, dtype=dtype)
-        for old in [k for k in views if k[1:] == (dtype, slot)]:  # views of the old buffer
-            del views[old]
-    if len(views) >= _SCRATCH_VIEWS:
-        views.clear()
-    with torch.inference_mode(False):
-        view = views[key] = buf[:numel].view(shape)
-    return view
-
-
-#: The most shapes of :func:`scratch` views a thread keeps.
-_SCRATCH_VIEWS = 64
-
-
-class _Scratch(threading.local):
-    """This thread's buffers, one per dtype, and their views by shape (:func:`scratch`)."""
-
-    def __init__(self) -> None:
-        self.bufs: dict[tuple[torch.dtype, int], torch.Tensor] = {}
-        self.views: dict[tuple[tuple[int, ...], torch.dtype, int], torch.Tensor] = {}
-
-
-_scratch = _Scratch()
-
-
-def plain(t: torch.Tensor) -> bool:
-    """A CPU tensor with storage (a parameter too), outside any tracing: what the host's own
-    buffers and loops may touch directly (:func:`scratch` copies, :mod:`host_passes`' native
-    loops). Another subclass (fake, functional), a wrapper, or a dispatch mode (a tracer
-    records aten ops; a native loop would be unseen) takes the aten kernels."""
-    return (
-        type(t) in _PLAIN_TYPES
-        and t.device.type == "cpu"
-        and torch._C._len_torch_dispatch_stack() == 0
-        # Wrappers of a plain type: functionalization's (no data of its own: a null pointer),
-        # vmap's and grad's (no storage), and a JIT trace (it would record constants).
-        and not torch._is_functional_tensor(t)
-        and not torch._C._functorch.is_functorch_wrapped_tensor(t)
-        and not torch._C._get_tracing_state()
-    )
-
-
-_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
-
-
-def kernel_for(k: int) -> str:
-    """The kernel that computes a reduction of length ``k``: :func:`kernel`, except that under
-    ``int_mm`` a GEMM ``torch._int_mm`` would get wrong takes ``float32``."""
+def kernel_for(k: int, *operands: torch.Tensor) -> str:
+    """The kernel that computes a reduction of length ``k`` (of ``operands``, where given):
+    :func:`kernel`, except that under ``int_mm`` a GEMM ``torch._int_mm`` would get wrong takes
+    ``float32``, and so does ``int16`` of an operand without data of its own (a fake or meta
+    tensor: :func:`plain`)."""
     name = kernel()
     if name == "int_mm" and (k < INT_MM_MIN_K or not int_mm_is_exact()):
+        return "float32"
+    if name == "int16" and not all(plain(t) for t in operands):
         return "float32"
     return name
 
@@ -522,8 +495,15 @@ def _rows(w_q: torch.Tensor) -> torch.Tensor:
     return _weight_copies["rows"].get(w_q, version, lambda: _row_major(w_q.contiguous()))
 
 
+def _packed(w_q: torch.Tensor) -> int16_gemm.Packed:
+    """``w_q [N, K]`` packed for the ``int16`` kernel, kept while the weight is unchanged."""
+    return _weight_copies["int16"].get(w_q, stamp(w_q), lambda: int16_gemm.pack(w_q))
+
+
 #: The forms the kernels keep of static int8 operands (weights), one cache per form.
-_weight_copies = {form: new_cache() for form in ("float32", "float64", "slices", "columns", "rows")}
+_weight_copies = {
+    form: new_cache() for form in ("float32", "float64", "slices", "columns", "rows", "int16")
+}
 
 
 def _row_major(x: torch.Tensor) -> torch.Tensor:

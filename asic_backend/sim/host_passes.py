@@ -12,8 +12,10 @@ and against the golden model). A convolution's rescale is one loop a plane
 one (:func:`depthwise_conv`), its quantized values never leaving the CPU's caches.
 
 The C file is built with the system's C compiler the first time a process needs it (0.3 s
-on the AVX-512 VNNI host) and kept in ``$XDG_CACHE_HOME/asic_backend`` (``~/.cache/asic_backend``),
-one file per source, compiler, flags and CPU (it is built for this CPU: ``-march=native``);
+on the AVX-512 VNNI host), into one library with the int16 host GEMM
+(:mod:`asic_backend.sim.int16_gemm`), and kept in ``$XDG_CACHE_HOME/asic_backend``
+(``~/.cache/asic_backend``), one file per source, compiler, flags and CPU (it is built for this
+CPU: ``-march=native``);
 a build must round a row of halves, signed zeros and clamped values as torch does before it is
 used.
 ``$ASIC_HOST_PASSES`` chooses: ``auto`` (the default: native if it builds, else the aten
@@ -51,14 +53,15 @@ from typing import Any, NamedTuple
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from asic_backend.sim import host_gemm
-from asic_backend.sim.host_gemm import plain
+from asic_backend.sim.host import cpu_flags, plain
 
 __all__ = [
     "DEPTHWISE_MAX_TAPS",
     "ENV_VAR",
     "MODES",
     "PARALLEL_MIN_NUMEL",
+    "build_detail",
+    "built",
     "depthwise_conv",
     "describe",
     "forced",
@@ -90,7 +93,8 @@ _BASE_FLAGS = (
 )
 #: Tried in order; the first that builds is used (a compiler may lack OpenMP or -march=native).
 _OPTIONAL_FLAGS = (("-march=native", "-fopenmp"), ("-fopenmp",), ("-march=native",), ())
-_SOURCE = "host_passes.c"
+#: Built into one library: the passes, and the int16 host GEMM (:mod:`asic_backend.sim.int16_gemm`).
+_SOURCES = ("host_passes.c", "int16_gemm.c")
 _BUILD_TIMEOUT_S = 120
 
 _forced: list[str] = []
@@ -106,6 +110,11 @@ class _Native(NamedTuple):
     scale_i32: Callable[..., Any]
     scale_f32: Callable[..., Any]
     depthwise_f32: Callable[..., Any]
+    #: Whether the build has the int16 host GEMM (it targets AVX2).
+    int16_available: bool
+    int16_packed_bytes: Callable[..., Any]
+    int16_pack: Callable[..., Any]
+    int16_gemm: Callable[..., Any]
     built_with: str
 
 
@@ -134,9 +143,21 @@ def describe() -> str:
     return f"{name} (auto: {_build().detail})"
 
 
+def built() -> _Native | None:
+    """The native library, built (or loaded) at its first use; None where it does not build.
+    Whatever :func:`mode` says: it also holds the int16 host GEMM."""
+    return _build().native
+
+
+def build_detail() -> str:
+    """How the native library was built, or why it was not."""
+    return _build().detail
+
+
 def reset() -> None:
     """Forget the choice and the build: the next pass reads ``$ASIC_HOST_PASSES`` and looks for
-    the build again (a built copy is loaded, not rebuilt)."""
+    the build again (a built copy is loaded, not rebuilt). The host GEMM kernel may be the
+    build's: :func:`asic_backend.sim.host_gemm.reset` chooses it again."""
     _configured.cache_clear()
     _build.cache_clear()
 
@@ -450,14 +471,15 @@ def _try_build() -> _Build:
     compiler = _compiler()
     if compiler is None:
         return _Build(None, "no C compiler found ($CC, cc, gcc, clang)")
-    source = resources.files("asic_backend.sim").joinpath(_SOURCE).read_bytes()
+    package = resources.files("asic_backend.sim")
+    sources = {name: package.joinpath(name).read_bytes() for name in _SOURCES}
     cache = _cache_dir()
     errors = []
     for optional in _OPTIONAL_FLAGS:
         flags = (*_BASE_FLAGS, *optional)
-        target = cache / f"host_passes-{_key(source, compiler, flags)}.so"
+        target = cache / f"host_passes-{_key(sources, compiler, flags)}.so"
         if not target.exists():
-            error = _compile(compiler, flags, source, target)
+            error = _compile(compiler, flags, sources, target)
             if error is not None:
                 errors.append(error)
                 continue
@@ -502,26 +524,30 @@ def _cache_dir() -> Path:
     raise RuntimeError("no writable cache directory of this user's for the native host passes")
 
 
-def _key(source: bytes, compiler: list[str], flags: tuple[str, ...]) -> str:
-    """A build's identity: the source, the compiler, the flags and, for -march=native, the CPU
+def _key(sources: dict[str, bytes], compiler: list[str], flags: tuple[str, ...]) -> str:
+    """A build's identity: the sources, the compiler, the flags and, for -march=native, the CPU
     (a cache shared among machines must not hand one CPU's instructions to another)."""
-    digest = hashlib.sha256(source)
-    cpu = " ".join(host_gemm.cpu_flags()) or f"{platform.machine()} {platform.processor()}"
+    digest = hashlib.sha256()
+    for name, text in sorted(sources.items()):
+        digest.update(name.encode() + b"\0" + text)
+    cpu = " ".join(cpu_flags()) or f"{platform.machine()} {platform.processor()}"
     for part in (*compiler, *flags, cpu):
         digest.update(b"\0" + part.encode())
     return digest.hexdigest()[:16]
 
 
 def _compile(
-    compiler: list[str], flags: tuple[str, ...], source: bytes, target: Path
+    compiler: list[str], flags: tuple[str, ...], sources: dict[str, bytes], target: Path
 ) -> str | None:
     """Build ``target``; None, or the compiler's complaint. The file appears whole or not at
     all (parallel test workers build at once)."""
     with tempfile.TemporaryDirectory(dir=target.parent) as work:
-        src = Path(work) / _SOURCE
-        src.write_bytes(source)
+        paths = []
+        for name, text in sources.items():
+            paths.append(str(Path(work) / name))
+            Path(paths[-1]).write_bytes(text)
         built = Path(work) / target.name
-        command = [*compiler, *flags, str(src), "-o", str(built)]
+        command = [*compiler, *flags, *paths, "-o", str(built)]
         try:
             run = subprocess.run(command, capture_output=True, text=True, timeout=_BUILD_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -595,4 +621,28 @@ def _load(path: Path, built_with: str) -> _Native:
         _INT,
     ]
     depthwise.restype = _I64
-    return _Native(quantize, quantize_cols, scales[0], scales[1], depthwise, built_with)
+    available = lib.asic_int16_available
+    available.argtypes = []
+    available.restype = _INT
+    has_int16 = bool(available())
+    packed_bytes = lib.asic_int16_packed_bytes
+    packed_bytes.argtypes = [_I64, _I64]
+    packed_bytes.restype = _I64
+    pack = lib.asic_int16_pack
+    pack.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _INT]
+    pack.restype = None
+    gemm = lib.asic_int16_gemm
+    gemm.argtypes = [_P, _I64, _I64, _I64, _P, _I64, _P, _I64, _P, _INT]
+    gemm.restype = _I64
+    return _Native(
+        quantize,
+        quantize_cols,
+        scales[0],
+        scales[1],
+        depthwise,
+        has_int16,
+        packed_bytes,
+        pack,
+        gemm,
+        built_with,
+    )

@@ -11,13 +11,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asic_backend.sim import conv, host_gemm, numerics
+from asic_backend.sim import conv, host, host_gemm, int16_gemm, numerics
 from asic_backend.sim.conv import ConvGeometry, conv_i32
 from tests import gc_freeze
 from tests.asic import golden
 from tests.asic.test_numerics import OVERFLOW, GemmCase, gemm_case, run_linear_i32
 
-KERNELS = pytest.mark.parametrize("name", host_gemm.KERNELS)
+KERNELS = pytest.mark.parametrize("name", host_gemm.available_kernels())
 
 
 @KERNELS
@@ -66,11 +66,12 @@ def test_batched_and_conv_products_use_each_kernel_exactly(name: str) -> None:
 
 
 def test_the_kernel_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in host_gemm.KERNELS:
+    for name in host_gemm.available_kernels():
         monkeypatch.setenv(host_gemm.ENV_VAR, name)
         assert host_gemm.kernel() == name
     monkeypatch.setenv(host_gemm.ENV_VAR, "auto")
-    assert host_gemm.kernel() == ("int_mm" if host_gemm.has_int8_unit() else "float32")
+    without = "int16" if int16_gemm.available() else "float32"
+    assert host_gemm.kernel() == ("int_mm" if host_gemm.has_int8_unit() else without)
     monkeypatch.setenv(host_gemm.ENV_VAR, "fast")
     with pytest.raises(ValueError, match=r"\$ASIC_HOST_GEMM='fast' is not one of int_mm, "):
         host_gemm.kernel()
@@ -156,7 +157,7 @@ def test_a_fresh_view_of_a_weight_each_call_finds_its_kept_copy(name: str) -> No
     gen = torch.Generator().manual_seed(3)
     weight = torch.randint(-128, 128, (24, 64), dtype=torch.int8, generator=gen)  # [N, K]
     a = torch.randint(-128, 128, (8, 64), dtype=torch.int8, generator=gen)
-    cache = {"int_mm": "columns", "float32": "slices", "float64": "float64"}[name]
+    cache = {"int_mm": "columns", "float32": "slices", "float64": "float64", "int16": "int16"}[name]
     made: list[int] = []
     real = host_gemm._weight_copies[cache].get
 
@@ -303,7 +304,7 @@ def test_dyn_conv_gives_the_same_bits_under_every_kernel(
     b = torch.randn(w_shape[0], generator=gen)
     spatial = len(x_shape) - 2
     outs = []
-    for name in host_gemm.KERNELS:
+    for name in host_gemm.available_kernels():
         with host_gemm.forced(name):
             outs.append(
                 torch.ops.asic.dyn_conv(
@@ -331,7 +332,7 @@ def test_dyn_linear_gives_the_same_bits_under_every_kernel(k: int) -> None:
     x, w = torch.randn(5, k, generator=gen), torch.randn(6, k, generator=gen)
     b = torch.randn(6, generator=gen)
     outs = []
-    for name in host_gemm.KERNELS:
+    for name in host_gemm.available_kernels():
         with host_gemm.forced(name):
             outs.append(torch.ops.asic.dyn_linear(x, w, b, False, True, "default"))
     assert all(torch.equal(out, outs[0]) for out in outs[1:])
@@ -544,7 +545,7 @@ def test_an_operand_past_the_cap_is_not_kept(monkeypatch: pytest.MonkeyPatch) ->
         with host_gemm.forced("float32"):
             acc = host_gemm.bmm_i32(a, w)
         assert torch.equal(acc.long(), a.long() @ w.long().transpose(1, 2))
-        kept.extend(sorted(str(key) for key in host_gemm._scratch.bufs))
+        kept.extend(sorted(str(key) for key in host._scratch.bufs))
 
     thread = threading.Thread(target=run)
     thread.start()

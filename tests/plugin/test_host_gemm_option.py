@@ -20,6 +20,7 @@ def suite(pytester: pytest.Pytester) -> pytest.Pytester:
     [
         ("float64", "nobreak: host GEMM kernel float64 ($ASIC_HOST_GEMM=float64)"),
         ("int_mm", "nobreak: host GEMM kernel int_mm ($ASIC_HOST_GEMM=int_mm)"),
+        ("int16", "nobreak: host GEMM kernel int16 ($ASIC_HOST_GEMM=int16)"),
         ("auto", "nobreak: host GEMM kernel * (auto: * int8 dot-product unit on this CPU)"),
     ],
 )
@@ -41,7 +42,10 @@ def test_a_bad_kernel_is_a_usage_error(
     result = suite.runpytest("-p", "no:cacheprovider", "--asic-backend")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["ERROR: asic: $ASIC_HOST_GEMM='fastest' is not one of int_mm, float32, float64, auto"]
+        [
+            "ERROR: asic: $ASIC_HOST_GEMM='fastest' is not one of int_mm, float32, float64, "
+            "int16, auto"
+        ]
     )
 
 
@@ -79,10 +83,15 @@ def test_the_header_names_the_host_passes(
             {"ASIC_HOST_PASSES": "native", "CC": "/nonexistent/cc", "PATH": ""},
             "ERROR: asic: the native host passes are not available: no C compiler found *",
         ),
+        (
+            {"ASIC_HOST_GEMM": "int16", "CC": "/nonexistent/cc", "PATH": ""},
+            "ERROR: asic: $ASIC_HOST_GEMM=int16, but the int16 kernel is not available: the "
+            "native library is not available (no C compiler found *",
+        ),
     ],
-    ids=["unknown", "native without a compiler"],
+    ids=["unknown", "native without a compiler", "int16 without a compiler"],
 )
-def test_bad_host_passes_are_a_usage_error(
+def test_bad_host_passes_or_kernel_are_a_usage_error(
     suite: pytest.Pytester,
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,

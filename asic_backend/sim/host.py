@@ -1,0 +1,92 @@
+"""What the host has that every host-side module uses: this CPU's flags, which tensors the
+host's own buffers and native loops may touch (:func:`plain`), and those buffers
+(:func:`scratch`), reused by each thread from call to call.
+
+>>> "avx2" in cpu_flags()                    # an x86 Linux host with AVX2
+True
+>>> scratch((2, 3), torch.float32).shape
+torch.Size([2, 3])
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import threading
+
+import torch
+
+__all__ = ["cpu_flags", "plain", "scratch"]
+
+
+@functools.cache
+def cpu_flags() -> tuple[str, ...]:
+    """This CPU's feature flags as Linux lists them (``/proc/cpuinfo``); empty elsewhere."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            line = next((line for line in fh if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        return ()
+    return tuple(line.partition(":")[2].split())
+
+
+def plain(t: torch.Tensor) -> bool:
+    """A CPU tensor with storage (a parameter too), outside any tracing: what the host's own
+    buffers and loops may touch directly (:func:`scratch` copies, :mod:`host_passes`' native
+    loops). Another subclass (fake, functional), a wrapper, or a dispatch mode (a tracer
+    records aten ops; a native loop would be unseen) takes the aten kernels."""
+    return (
+        type(t) in _PLAIN_TYPES
+        and t.device.type == "cpu"
+        and torch._C._len_torch_dispatch_stack() == 0
+        # Wrappers of a plain type: functionalization's (no data of its own: a null pointer),
+        # vmap's and grad's (no storage), and a JIT trace (it would record constants).
+        and not torch._is_functional_tensor(t)
+        and not torch._C._functorch.is_functorch_wrapped_tensor(t)
+        and not torch._C._get_tracing_state()
+    )
+
+
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+def scratch(shape: tuple[int, ...], dtype: torch.dtype, slot: int = 0) -> torch.Tensor:
+    """A contiguous ``dtype`` tensor of ``shape`` this thread reuses from call to call (one
+    buffer per dtype and ``slot``, grown to the largest shape asked), for a caller that is done
+    with it before it asks again: a DUT op's operand or accumulator, never its result. Two
+    operands alive at once take two slots."""
+    # The view of each shape is kept too: two tensor ops a call are two dispatches, each a
+    # cache miss or more once a model's other layers have run in between.
+    views = _scratch.views
+    key = (shape, dtype, slot)
+    view = views.get(key)
+    if view is not None:
+        return view
+    numel = math.prod(shape)
+    buf = _scratch.bufs.get((dtype, slot))
+    if buf is None or buf.numel() < numel:
+        # A normal tensor even under inference_mode, so it can be written outside it later.
+        with torch.inference_mode(False):
+            buf = _scratch.bufs[(dtype, slot)] = torch.empty(numel, dtype=dtype)
+        for old in [k for k in views if k[1:] == (dtype, slot)]:  # views of the old buffer
+            del views[old]
+    if len(views) >= _SCRATCH_VIEWS:
+        views.clear()
+    with torch.inference_mode(False):
+        view = views[key] = buf[:numel].view(shape)
+    return view
+
+
+#: The most shapes of :func:`scratch` views a thread keeps.
+_SCRATCH_VIEWS = 64
+
+
+class _Scratch(threading.local):
+    """This thread's buffers, one per dtype, and their views by shape (:func:`scratch`)."""
+
+    def __init__(self) -> None:
+        self.bufs: dict[tuple[torch.dtype, int], torch.Tensor] = {}
+        self.views: dict[tuple[tuple[int, ...], torch.dtype, int], torch.Tensor] = {}
+
+
+_scratch = _Scratch()

@@ -1,0 +1,135 @@
+/* The int16 host kernel of asic_backend.sim.host_gemm: the DUT's int8 x int8 -> int32 GEMM,
+ * exactly, on a CPU without an int8 dot-product unit (AVX2 alone).
+ *
+ * Each int8 value is widened to int16 and multiplied by AVX2's vpmaddwd, which adds the
+ * products of neighbouring pairs into int32: |a0*w0 + a1*w1| <= 2^15, never saturating, and
+ * every sum of K <= INT_MM_MAX_K of them stays within int32. So the result is the exact int32
+ * product, in any order. torch's _int_mm has no such kernel (it is 10 to 30 times slower than a
+ * float32 GEMM there), and the float32 GEMM reads 4 bytes a weight where this reads 1.
+ *
+ * A weight [N, K] is packed once (asic_int16_pack): panels of PANEL columns, each a run over K
+ * in pairs, 2 x PANEL int8 a pair (the two halves of PANEL / 2 columns: one 16-byte load each,
+ * widened to one register). K is padded to even, the last panel's columns with zeros. The
+ * activations are widened to int16 into the caller's buffer (one int32 load broadcasts a pair).
+ * A micro-tile is ROWS rows x PANEL columns held in registers over all of K; panels are taken a
+ * group at a time (GROUP_BYTES of packed weight: the CPU's L2) for each block of rows, so a
+ * block's activations are read from L1 for every panel of the group. Panel groups are shared
+ * among OpenMP threads.
+ */
+#include <stdint.h>
+#include <string.h>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#define PANEL 16
+#define ROWS 6
+#define GROUP_BYTES (256 * 1024)
+
+static inline int64_t even(int64_t k) { return (k + 1) & ~(int64_t)1; }
+
+/* 1 if this build has the kernel (the compiler targets AVX2), else 0: the caller uses another. */
+int asic_int16_available(void) {
+#if defined(__AVX2__)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* Bytes of a packed [n, k] weight. */
+int64_t asic_int16_packed_bytes(int64_t n, int64_t k) {
+    return (n + PANEL - 1) / PANEL * even(k) * PANEL;
+}
+
+/* Pack w (n x k int8; element (j, kk) at w[j * sn + kk * sk]) into out. */
+void asic_int16_pack(const int8_t *w, int64_t n, int64_t k, int64_t sn, int64_t sk, int8_t *out,
+                     int threads) {
+    int64_t kp = even(k), panels = (n + PANEL - 1) / PANEL;
+#pragma omp parallel for num_threads(threads) if (threads > 1)
+    for (int64_t p = 0; p < panels; p++) {
+        int8_t *dst = out + p * kp * PANEL;
+        int64_t cols = n - p * PANEL < PANEL ? n - p * PANEL : PANEL;
+        memset(dst, 0, (size_t)(kp * PANEL));
+        for (int64_t j = 0; j < cols; j++) {
+            const int8_t *src = w + (p * PANEL + j) * sn;
+            int8_t *d = dst + (j / 8) * 16 + (j % 8) * 2;
+            for (int64_t kk = 0; kk < k; kk++) d[(kk >> 1) * 2 * PANEL + (kk & 1)] = src[kk * sk];
+        }
+    }
+}
+
+#if defined(__AVX2__)
+/* rows (1 to ROWS, a constant where inlined) x PANEL of out = a16 rows . panel. */
+static inline __attribute__((always_inline)) void tile(const int16_t *a16, int64_t kp,
+                                                       const int8_t *panel, int rows,
+                                                       int32_t *out, int64_t ldo, int64_t cols) {
+    __m256i c[ROWS][2];
+    for (int r = 0; r < rows; r++) c[r][0] = c[r][1] = _mm256_setzero_si256();
+    const int32_t *pairs = (const int32_t *)a16;
+    int64_t lda = kp / 2;
+    for (int64_t q = 0; q < kp / 2; q++) {
+        const int8_t *wq = panel + q * 2 * PANEL;
+        __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wq));
+        __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wq + 16)));
+        for (int r = 0; r < rows; r++) {
+            __m256i b = _mm256_set1_epi32(pairs[r * lda + q]);
+            c[r][0] = _mm256_add_epi32(c[r][0], _mm256_madd_epi16(b, w0));
+            c[r][1] = _mm256_add_epi32(c[r][1], _mm256_madd_epi16(b, w1));
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        if (cols == PANEL) {
+            _mm256_storeu_si256((__m256i *)(out + r * ldo), c[r][0]);
+            _mm256_storeu_si256((__m256i *)(out + r * ldo + 8), c[r][1]);
+        } else {
+            int32_t tmp[PANEL];
+            _mm256_storeu_si256((__m256i *)tmp, c[r][0]);
+            _mm256_storeu_si256((__m256i *)(tmp + 8), c[r][1]);
+            memcpy(out + r * ldo, tmp, (size_t)cols * sizeof(int32_t));
+        }
+    }
+}
+#endif
+
+/* out (m x n int32, rows ldo apart) = a (m x k int8, rows lda apart) . packed^T; a16: the
+ * caller's buffer of m * even(k) int16. Returns 0, or 1 where this build has no kernel. */
+int64_t asic_int16_gemm(const int8_t *a, int64_t m, int64_t k, int64_t lda, const int8_t *packed,
+                        int64_t n, int32_t *out, int64_t ldo, int16_t *a16, int threads) {
+#if defined(__AVX2__)
+    int64_t kp = even(k), panels = (n + PANEL - 1) / PANEL;
+#pragma omp parallel for num_threads(threads) if (threads > 1 && m * kp >= (1 << 16))
+    /* An odd K's last pair is left as it is: its weight half is 0, so any value multiplies to 0. */
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t kk = 0; kk < k; kk++) a16[i * kp + kk] = a[i * lda + kk];
+    int64_t group = GROUP_BYTES / (kp * PANEL);
+    if (group < 1) group = 1;
+    int64_t groups = (panels + group - 1) / group;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (int64_t g = 0; g < groups; g++) {
+        int64_t p_end = (g + 1) * group < panels ? (g + 1) * group : panels;
+        for (int64_t i = 0; i < m; i += ROWS) {
+            int64_t rows = m - i < ROWS ? m - i : ROWS;
+            for (int64_t p = g * group; p < p_end; p++) {
+                int64_t cols = n - p * PANEL < PANEL ? n - p * PANEL : PANEL;
+                const int16_t *ai = a16 + i * kp;
+                const int8_t *wp = packed + p * kp * PANEL;
+                int32_t *o = out + i * ldo + p * PANEL;
+                switch (rows) {
+                case 6: tile(ai, kp, wp, 6, o, ldo, cols); break;
+                case 5: tile(ai, kp, wp, 5, o, ldo, cols); break;
+                case 4: tile(ai, kp, wp, 4, o, ldo, cols); break;
+                case 3: tile(ai, kp, wp, 3, o, ldo, cols); break;
+                case 2: tile(ai, kp, wp, 2, o, ldo, cols); break;
+                default: tile(ai, kp, wp, 1, o, ldo, cols); break;
+                }
+            }
+        }
+    }
+    return 0;
+#else
+    (void)a, (void)m, (void)k, (void)lda, (void)packed, (void)n, (void)out, (void)ldo, (void)a16;
+    (void)threads;
+    return 1;
+#endif
+}

@@ -1,0 +1,116 @@
+"""The ``int16`` host kernel: the DUT's int8 × int8 → int32 GEMM in native code, for a CPU
+without an int8 dot-product unit (AVX2 alone).
+
+``int16_gemm.c`` widens each int8 value to int16 and multiplies with AVX2's ``vpmaddwd``,
+which adds the products of neighbouring pairs into int32: exact for every reduction length the
+int32 path takes, in any order, as ``torch._int_mm`` is. On such a CPU ``torch._int_mm`` has no
+fast kernel (10 to 30 times slower than a float32 GEMM), and the ``float32`` kernel reads a
+float32 copy of each weight, 4 bytes a value where this one reads its int8 packing: at decode a
+GEMV is as fast as its weight's bytes go by.
+
+A weight is packed once (:func:`pack`; :mod:`asic_backend.sim.host_gemm` keeps it while the weight
+is unchanged), the activations are widened into this thread's reused buffer on each call. The C
+file is built into the native host passes' library (:mod:`asic_backend.sim.host_passes`), with
+``-march=native``: on a CPU or a build without AVX2, :func:`available` is False and the kernel
+is not used.
+
+>>> available()                              # a C compiler and an AVX2 CPU
+True
+>>> mm(a_q, pack(w_q)).dtype                 # a_q int8 [M, K], w_q int8 [N, K]
+torch.int32
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+
+from asic_backend.sim import host_passes
+from asic_backend.sim.host import scratch
+
+__all__ = ["Packed", "available", "mm", "pack", "unavailable_reason"]
+
+#: From this many multiply-adds on, a GEMM shares its panels among torch's threads.
+PARALLEL_MIN_MACS = 1 << 18
+#: :func:`asic_backend.sim.host.scratch`'s slot of the widened activations (0 and 1: the float
+#: operands of :func:`asic_backend.sim.host_gemm.bmm_i32`).
+_A16_SLOT = 2
+
+
+class Packed(NamedTuple):
+    """A weight ``[N, K]`` packed for the kernel (see ``int16_gemm.c``)."""
+
+    #: int8, :func:`packed_bytes` long.
+    data: torch.Tensor
+    n: int
+    k: int
+
+
+def available() -> bool:
+    """Whether this process has the kernel: the native library built, for a CPU with AVX2."""
+    return _library() is not None
+
+
+def unavailable_reason() -> str:
+    """Why :func:`available` is False ('' where it is True)."""
+    if _library() is not None:
+        return ""
+    if host_passes.built() is None:
+        return f"the native library is not available ({host_passes.build_detail()})"
+    return "the native library was built without AVX2 (this CPU or its compiler has none)"
+
+
+def _library() -> Any:
+    native = host_passes.built()
+    return native if native is not None and native.int16_available else None
+
+
+def pack(w_q: torch.Tensor) -> Packed:
+    """The int8 ``w_q [N, K]`` (any strides: a transposed view of a ``[K, N]`` too) packed."""
+    lib = _library()
+    n, k = w_q.shape
+    data = torch.empty(int(lib.int16_packed_bytes(n, k)), dtype=torch.int8)
+    if n and k:
+        lib.int16_pack(
+            w_q.data_ptr(), n, k, w_q.stride(0), w_q.stride(1), data.data_ptr(), _threads(n * k)
+        )
+    return Packed(data, n, k)
+
+
+def mm(a_q: torch.Tensor, w: Packed, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``a_q [M, K] · wᵀ`` of int8 values as int32 ``[M, N]``, exactly (``K <= INT_MM_MAX_K``):
+    into ``out`` if given (int32 ``[M, N]``)."""
+    lib = _library()
+    m, k = a_q.shape
+    if k != w.k:
+        raise ValueError(f"asic: int16 GEMM of [{m}, {k}] by a packed [{w.n}, {w.k}]")
+    if out is not None and out.stride(-1) == 1 and out.dtype == torch.int32:
+        result = out
+    else:
+        result = torch.empty((m, w.n), dtype=torch.int32)
+    if m and w.n:
+        if k == 0:
+            result.zero_()
+        else:
+            a = a_q if a_q.stride(1) == 1 else a_q.contiguous()
+            a16 = scratch((m * (k + k % 2),), torch.int16, _A16_SLOT)
+            lib.int16_gemm(
+                a.data_ptr(),
+                m,
+                k,
+                a.stride(0),
+                w.data.data_ptr(),
+                w.n,
+                result.data_ptr(),
+                result.stride(0),
+                a16.data_ptr(),
+                _threads(m * w.n * k),
+            )
+    if out is not None and result is not out:
+        return out.copy_(result)
+    return result
+
+
+def _threads(work: int) -> int:
+    return torch.get_num_threads() if work >= PARALLEL_MIN_MACS else 1

@@ -1,0 +1,139 @@
+"""The ``int16`` host kernel against the golden model: every tile edge (rows, panel columns, an
+odd K), every layout it takes, one and two threads; and what a process without it picks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from asic_backend.sim import host_gemm, host_passes, int16_gemm, numerics
+from tests.asic import golden
+
+pytestmark = pytest.mark.skipif(
+    not int16_gemm.available(), reason=f"no int16 kernel: {int16_gemm.unavailable_reason()}"
+)
+
+INT8 = st.integers(-128, 127)
+
+
+@st.composite
+def operands(draw: st.DrawFn) -> tuple[torch.Tensor, torch.Tensor]:
+    # Past a micro-tile (6 rows) and a panel (16 columns) on each side, K odd and even.
+    m, k, n = draw(st.integers(0, 14)), draw(st.integers(0, 40)), draw(st.integers(0, 37))
+    extreme = draw(st.booleans())  # -128 · -128 everywhere: the largest pair sums
+    values = st.just(-128) if extreme else INT8
+    a = draw(st.lists(st.lists(values, min_size=k, max_size=k), min_size=m, max_size=m))
+    w = draw(st.lists(st.lists(values, min_size=k, max_size=k), min_size=n, max_size=n))
+    return (
+        torch.tensor(a, dtype=torch.int8).reshape(m, k),
+        torch.tensor(w, dtype=torch.int8).reshape(n, k),
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(ab=operands(), w_layout=st.sampled_from(["rows", "columns", "strided"]))
+def test_products_equal_the_golden_model(
+    ab: tuple[torch.Tensor, torch.Tensor], w_layout: str
+) -> None:
+    a, w = ab
+    if w_layout == "columns":  # a [K, N] matmul operand, as its transposed view
+        w = w.t().contiguous().t()
+    elif w_layout == "strided":  # every other row of a larger tensor
+        w = torch.stack([w, torch.ones_like(w)], dim=1).reshape(2 * w.shape[0], w.shape[1])[::2]
+    got = int16_gemm.mm(a, int16_gemm.pack(w))
+    assert got.dtype == torch.int32
+    assert got.tolist() == golden.gemm_i32(a.tolist(), w.tolist())
+    assert got.shape == (a.shape[0], w.shape[0])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_gemm_shared_among_threads_is_exact_and_writes_into_out_rows(threads: int) -> None:
+    """Past the size where the panels are shared, into a caller's accumulator whose rows lie
+    apart (a slice of a wider one): every value the exact product, and nothing beside it
+    written."""
+    gen = torch.Generator().manual_seed(threads)
+    a = torch.randint(-128, 128, (37, 1029), dtype=torch.int8, generator=gen)
+    w = torch.randint(-128, 128, (203, 1029), dtype=torch.int8, generator=gen)
+    assert a.shape[0] * w.shape[0] * a.shape[1] >= int16_gemm.PARALLEL_MIN_MACS
+    wide = torch.full((37, 210), 7, dtype=torch.int32)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        result = int16_gemm.mm(a, int16_gemm.pack(w), out=wide[:, 3:206])
+    finally:
+        torch.set_num_threads(before)
+    assert result.data_ptr() == wide[:, 3:206].data_ptr()
+    assert torch.equal(result.long(), a.long() @ w.long().t())
+    assert (wide[:, :3] == 7).all()
+    assert (wide[:, 206:] == 7).all()
+
+
+def test_the_longest_reduction_stays_exact() -> None:
+    """K = INT_MM_MAX_K of -128 · -128: 2^31 − 2^17, the int32 path's largest sum."""
+    k = numerics.INT_MM_MAX_K
+    a = torch.full((2, k), -128, dtype=torch.int8)
+    w = torch.full((17, k), -128, dtype=torch.int8)
+    w[1] = 127
+    got = int16_gemm.mm(a, int16_gemm.pack(w))
+    assert torch.equal(got.long(), a.long() @ w.long().t())
+
+
+def test_a_weight_of_another_length_is_refused() -> None:
+    packed = int16_gemm.pack(torch.zeros((4, 8), dtype=torch.int8))
+    with pytest.raises(ValueError, match=r"int16 GEMM of \[2, 9\] by a packed \[4, 8\]"):
+        int16_gemm.mm(torch.zeros((2, 9), dtype=torch.int8), packed)
+
+
+def test_operands_without_data_take_float32() -> None:
+    """A meta operand has nothing to pack: the kernel hands such a GEMM to ``float32``."""
+    a = torch.empty((3, 5, 8), dtype=torch.int8, device="meta")
+    with host_gemm.forced("int16"):
+        assert host_gemm.kernel_for(8, a) == "float32"
+        assert host_gemm.bmm_i32(a, a).shape == (3, 5, 5)
+
+
+@pytest.fixture
+def without_int16(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A process whose native library has no int16 kernel (no AVX2), and no int8 unit."""
+    native = host_passes.built()
+    assert native is not None
+    monkeypatch.setattr(host_passes, "built", lambda: native._replace(int16_available=False))
+    monkeypatch.setattr(host_gemm, "has_int8_unit", lambda: False)
+    monkeypatch.delenv(host_gemm.ENV_VAR, raising=False)
+    host_gemm._from_env.cache_clear()
+    yield
+    monkeypatch.undo()
+    host_gemm._from_env.cache_clear()
+
+
+def test_without_it_auto_takes_float32_and_says_why(
+    without_int16: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert host_gemm.kernel() == "float32"
+    assert host_gemm.describe() == (
+        "float32 (auto: no int8 dot-product unit on this CPU; int16: the native library was "
+        "built without AVX2 (this CPU or its compiler has none))"
+    )
+    with pytest.raises(RuntimeError, match="int16 host GEMM was forced, but the int16 kernel"):
+        host_gemm.forced("int16").__enter__()
+    monkeypatch.setenv(host_gemm.ENV_VAR, "int16")
+    with pytest.raises(
+        RuntimeError, match=r"^asic: \$ASIC_HOST_GEMM=int16, but the int16 kernel is not "
+    ):
+        host_gemm.kernel()
+
+
+def test_with_it_auto_takes_it_where_there_is_no_int8_unit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host_gemm, "has_int8_unit", lambda: False)
+    monkeypatch.delenv(host_gemm.ENV_VAR, raising=False)
+    host_gemm._from_env.cache_clear()
+    try:
+        assert host_gemm.kernel() == "int16"
+        assert host_gemm.describe() == "int16 (auto: no int8 dot-product unit on this CPU)"
+    finally:
+        monkeypatch.undo()
+        host_gemm._from_env.cache_clear()
