@@ -9,12 +9,13 @@ into place (col2im).
 
 The accumulator is the numeric contract of :mod:`asic_backend.sim.numerics` applied to every output
 point: ``acc = Σ (x_q − zp)·w_q (+ bias_i32)`` over the window, padding contributing nothing,
-exact, then wrapped or saturated to int32 once. It is computed with ``torch._int_mm`` on the
+exact, then wrapped or saturated to int32 once. It is computed by the host's int8 GEMM on the
 im2col matrix where that is exact and pays (dense, K ≥ 2, on a host whose GEMM kernel is
-``int_mm``: :mod:`asic_backend.sim.host_gemm`), and otherwise as float convolutions of the integer
-values, which are exact while every partial sum stays an integer below 2^24 (float32, sliced
-by input channels to stay there) or 2^53 (float64): the order of exact integer additions does
-not matter.
+``int_mm``, or ``int16`` for :data:`INT16_MIN_FILTERS` filters or more:
+:mod:`asic_backend.sim.host_gemm`), and otherwise as float convolutions of the integer values,
+which are exact while every partial sum stays an integer below 2^24 (float32, sliced by input
+channels to stay there) or 2^53 (float64): the order of exact integer additions does not
+matter.
 
 >>> geo = ConvGeometry.of((2, 3, 8, 8), (4, 3, 3, 3), stride=1, padding=1, dilation=1, groups=1)
 >>> geo.out_shape, geo.gemm           # (M, K, N) per group
@@ -38,6 +39,7 @@ from asic_backend.sim.numerics import INT_MM_MAX_K, AccOverflow
 from asic_backend.sim.tensor_cache import new_cache, stamp
 
 __all__ = [
+    "INT16_MIN_FILTERS",
     "ConvGeometry",
     "conv_i32",
     "conv_out_size",
@@ -328,8 +330,8 @@ def conv_i32(
     numerics.check_acc_overflow(acc_overflow)
     zp = _sample_zp(a_zp, geo.batch)
     _check_conv_operands(x_q, w_q, bias_i32, geo, zp)
-    if not isinstance(zp, torch.Tensor) and _takes_int_mm(geo):
-        return _int_mm_conv(x_q, w_q, geo, zp, bias_i32, acc_overflow)
+    if not isinstance(zp, torch.Tensor) and _takes_int8_gemm(geo):
+        return _int8_gemm_conv(x_q, w_q, geo, zp, bias_i32, acc_overflow)
     has_zp = isinstance(zp, torch.Tensor) or zp != 0
     max_x = 255 if has_zp else 128
     bound = geo.reduction * max_x * 128 + (_abs_max(bias_i32) if bias_i32 is not None else 0)
@@ -369,7 +371,7 @@ def _float_path(
     acc_overflow: AccOverflow,
     allow_float32: bool,
 ) -> torch.Tensor:
-    """:func:`conv_i32` off ``_int_mm``, its operands checked: float convolutions of the int8
+    """:func:`conv_i32` off the int8 GEMM, its operands checked: float convolutions of the int8
     values, exact below ``bound`` (the largest |sum| with the bias)."""
     fits_int32 = bound <= numerics.INT32_MAX
     slices = _float32_slices(geo, max_x)
@@ -399,11 +401,12 @@ def _float_path(
 def takes_float32(geo: ConvGeometry, a_zp: int | torch.Tensor = 0) -> bool:
     """Whether :func:`conv_i32` computes ``geo`` as float32 convolutions of the int8 values, so
     it takes them as float32 too: the activation zero-point is 0 (nothing to subtract from the
-    caller's tensor) and the host does not use ``torch._int_mm`` for it (a grouped or depthwise
-    conv; any conv off the ``int_mm`` kernel, :mod:`asic_backend.sim.host_gemm`). ``a_zp`` is
+    caller's tensor) and the host does not take it to an int8 GEMM (a grouped or depthwise
+    conv; any conv off the ``int_mm`` kernel, or the ``int16`` one's with fewer than
+    :data:`INT16_MIN_FILTERS` filters: :mod:`asic_backend.sim.host_gemm`). ``a_zp`` is
     as :func:`conv_i32` takes it (a tensor of equal values counts as that one value)."""
     zp = _sample_zp(a_zp, geo.batch) if isinstance(a_zp, torch.Tensor) else a_zp
-    if isinstance(zp, torch.Tensor) or zp != 0 or _takes_int_mm(geo):
+    if isinstance(zp, torch.Tensor) or zp != 0 or _takes_int8_gemm(geo):
         return False
     return bool(_float32_slices(geo, 128))
 
@@ -428,12 +431,12 @@ CHUNK_MIN_CHUNKS = 3
 def samples_per_chunk(geo: ConvGeometry) -> int:
     """How many of ``geo``'s samples the host convolves at a time: a chunk of about
     :data:`asic_backend.sim.numerics.CHUNK_BYTES` where the conditions above hold and the host's
-    kernel does not take ``geo`` to ``torch._int_mm`` (one GEMM over the im2col matrix), else
+    kernel does not take ``geo`` to an int8 GEMM (one GEMM over the im2col matrix), else
     the whole batch."""
     values = geo.in_channels * math.prod(geo.in_size)
     per_chunk = max(1, numerics.CHUNK_BYTES // (4 * values))
     if (
-        _takes_int_mm(geo)
+        _takes_int8_gemm(geo)
         or geo.macs > CHUNK_MAX_MACS_PER_VALUE * geo.batch * values
         or geo.batch < CHUNK_MIN_CHUNKS * per_chunk
     ):
@@ -447,15 +450,22 @@ def sample_spans(geo: ConvGeometry) -> list[tuple[int, int]]:
     return numerics.spans(geo.batch, samples_per_chunk(geo))
 
 
-def _takes_int_mm(geo: ConvGeometry) -> bool:
+#: The fewest filters a dense conv has for the ``int16`` kernel to take its im2col matrix (below,
+#: the float convolution). Each im2col value feeds one multiply-add a filter, and costs two passes
+#: of its own (im2col, the kernel's packing), which the float convolution does not pay: the
+#: int16 path took 1.22x fp32 at ResNet's first stage (64 filters, float32 1.13x), 0.96x at its
+#: third (256; float32 1.07x) and 0.81x on Whisper's conv1d (384; float32 1.11x), AVX2 code on
+#: the AVX-512 VNNI host, one thread (``benchmarks/test_conv_attention.py``).
+INT16_MIN_FILTERS = 128
+
+
+def _takes_int8_gemm(geo: ConvGeometry) -> bool:
     """Whether the accumulator is the host's int8 GEMM on the im2col matrix (see the module),
     given one zero-point for the batch."""
-    return (
-        not geo.transposed
-        and geo.groups == 1
-        and geo.gemm[1] <= INT_MM_MAX_K
-        and host_gemm.kernel_for(geo.gemm[1]) == "int_mm"
-    )
+    if geo.transposed or geo.groups != 1 or geo.gemm[1] > INT_MM_MAX_K:
+        return False
+    name = host_gemm.kernel_for(geo.gemm[1])
+    return name == "int_mm" or (name == "int16" and geo.out_channels >= INT16_MIN_FILTERS)
 
 
 def _shifted(
@@ -579,7 +589,7 @@ def _float_conv(x: torch.Tensor, w: torch.Tensor, geo: ConvGeometry) -> torch.Te
     return out[tuple(index)]
 
 
-def _int_mm_conv(
+def _int8_gemm_conv(
     x_q: torch.Tensor,
     w_q: torch.Tensor,
     geo: ConvGeometry,

@@ -42,6 +42,63 @@ int64_t asic_int16_packed_bytes(int64_t n, int64_t k) {
     return (n + PANEL - 1) / PANEL * even(k) * PANEL;
 }
 
+/* One panel of any layout, element by element: a panel of fewer columns, an odd K's last pair,
+ * a layout the vector paths below do not take. */
+static void pack_scalar(const int8_t *w, int64_t k0, int64_t k, int64_t sn, int64_t sk,
+                        int64_t cols, int8_t *dst) {
+    for (int64_t j = 0; j < cols; j++) {
+        const int8_t *src = w + j * sn;
+        int8_t *d = dst + (j / 8) * 16 + (j % 8) * 2;
+        for (int64_t kk = k0; kk < k; kk++) d[(kk >> 1) * 2 * PANEL + (kk & 1)] = src[kk * sk];
+    }
+}
+
+#if defined(__AVX2__)
+/* A panel of a weight whose rows are contiguous (sk = 1, a linear's [N, K], attention's K): as
+ * int16, the panel is the transpose of its 16 rows of K / 2 pairs, 8 x 8 pairs at a time.
+ * Returns the pairs it packed (a multiple of 8); the caller packs the rest. */
+static int64_t pack_rows(const int8_t *w, int64_t k, int64_t sn, int8_t *dst) {
+    int64_t pairs = k / 2 / 8 * 8;
+    for (int64_t q = 0; q < pairs; q += 8)
+        for (int half = 0; half < 2; half++) {
+            const int8_t *src = w + half * 8 * sn + 2 * q;
+            __m128i a[8], b[8], c[8];
+            for (int r = 0; r < 8; r++) a[r] = _mm_loadu_si128((const __m128i *)(src + r * sn));
+            for (int r = 0; r < 4; r++) {
+                b[r] = _mm_unpacklo_epi16(a[2 * r], a[2 * r + 1]);
+                b[r + 4] = _mm_unpackhi_epi16(a[2 * r], a[2 * r + 1]);
+            }
+            for (int r = 0; r < 2; r++) {
+                /* b[0..3]: pairs 0-3 of rows (0,1), (2,3), (4,5), (6,7); b[4..7]: pairs 4-7 */
+                c[4 * r + 0] = _mm_unpacklo_epi32(b[4 * r + 0], b[4 * r + 1]);
+                c[4 * r + 1] = _mm_unpackhi_epi32(b[4 * r + 0], b[4 * r + 1]);
+                c[4 * r + 2] = _mm_unpacklo_epi32(b[4 * r + 2], b[4 * r + 3]);
+                c[4 * r + 3] = _mm_unpackhi_epi32(b[4 * r + 2], b[4 * r + 3]);
+            }
+            for (int r = 0; r < 2; r++) {
+                int8_t *d = dst + (q + 4 * r) * 2 * PANEL + half * 16;
+                __m128i lo = c[4 * r], hi = c[4 * r + 2], lo2 = c[4 * r + 1], hi2 = c[4 * r + 3];
+                _mm_storeu_si128((__m128i *)(d + 0 * 2 * PANEL), _mm_unpacklo_epi64(lo, hi));
+                _mm_storeu_si128((__m128i *)(d + 1 * 2 * PANEL), _mm_unpackhi_epi64(lo, hi));
+                _mm_storeu_si128((__m128i *)(d + 2 * 2 * PANEL), _mm_unpacklo_epi64(lo2, hi2));
+                _mm_storeu_si128((__m128i *)(d + 3 * 2 * PANEL), _mm_unpackhi_epi64(lo2, hi2));
+            }
+        }
+    return pairs;
+}
+
+/* A panel of a weight whose columns are contiguous (sn = 1: a [K, N] as its transposed view,
+ * attention's V): a pair's two rows of 16 columns, interleaved byte by byte, are its 32 bytes. */
+static void pack_columns(const int8_t *w, int64_t k, int64_t sk, int8_t *dst) {
+    for (int64_t q = 0; q < k / 2; q++) {
+        __m128i r0 = _mm_loadu_si128((const __m128i *)(w + 2 * q * sk));
+        __m128i r1 = _mm_loadu_si128((const __m128i *)(w + (2 * q + 1) * sk));
+        _mm_storeu_si128((__m128i *)(dst + q * 2 * PANEL), _mm_unpacklo_epi8(r0, r1));
+        _mm_storeu_si128((__m128i *)(dst + q * 2 * PANEL + 16), _mm_unpackhi_epi8(r0, r1));
+    }
+}
+#endif
+
 /* Pack w (n x k int8; element (j, kk) at w[j * sn + kk * sk]) into out. */
 void asic_int16_pack(const int8_t *w, int64_t n, int64_t k, int64_t sn, int64_t sk, int8_t *out,
                      int threads) {
@@ -49,13 +106,20 @@ void asic_int16_pack(const int8_t *w, int64_t n, int64_t k, int64_t sn, int64_t 
 #pragma omp parallel for num_threads(threads) if (threads > 1)
     for (int64_t p = 0; p < panels; p++) {
         int8_t *dst = out + p * kp * PANEL;
+        const int8_t *src = w + p * PANEL * sn;
         int64_t cols = n - p * PANEL < PANEL ? n - p * PANEL : PANEL;
-        memset(dst, 0, (size_t)(kp * PANEL));
-        for (int64_t j = 0; j < cols; j++) {
-            const int8_t *src = w + (p * PANEL + j) * sn;
-            int8_t *d = dst + (j / 8) * 16 + (j % 8) * 2;
-            for (int64_t kk = 0; kk < k; kk++) d[(kk >> 1) * 2 * PANEL + (kk & 1)] = src[kk * sk];
+        if (cols < PANEL || k % 2) /* the zeros: missing columns, an odd K's last half pair */
+            memset(dst, 0, (size_t)(kp * PANEL));
+        int64_t done = 0;
+#if defined(__AVX2__)
+        if (cols == PANEL && sk == 1) {
+            done = 2 * pack_rows(src, k, sn, dst);
+        } else if (cols == PANEL && sn == 1) {
+            pack_columns(src, k, sk, dst);
+            done = k / 2 * 2;
         }
+#endif
+        pack_scalar(src, done, k, sn, sk, cols, dst);
     }
 }
 

@@ -226,16 +226,28 @@ def test_int_mm_path_and_float_path_agree(case: ConvCase, overflow: AccOverflow)
     k = case.geometry().gemm[1]
     with (
         host_gemm.forced("int_mm"),
-        mock.patch.object(conv, "_int_mm_conv", wraps=conv._int_mm_conv) as int_mm,
+        mock.patch.object(conv, "_int8_gemm_conv", wraps=conv._int8_gemm_conv) as int_mm,
     ):
         assert case.run(overflow).tolist() == expected
     assert int_mm.called == (k >= host_gemm.INT_MM_MIN_K)  # dense, K >= 2: torch._int_mm
     with (
         host_gemm.forced("float32"),
-        mock.patch.object(conv, "_int_mm_conv", wraps=conv._int_mm_conv) as int_mm,
+        mock.patch.object(conv, "_int8_gemm_conv", wraps=conv._int8_gemm_conv) as int_mm,
     ):
         assert case.run(overflow).tolist() == expected
     assert not int_mm.called
+    if "int16" not in host_gemm.available_kernels():
+        return
+    # int16 takes the int8 GEMM from INT16_MIN_FILTERS filters on: these few, once it is 1.
+    for fewest in (conv.INT16_MIN_FILTERS, 1):
+        with (
+            host_gemm.forced("int16"),
+            mock.patch.object(conv, "INT16_MIN_FILTERS", fewest),
+            mock.patch.object(conv, "_int8_gemm_conv", wraps=conv._int8_gemm_conv) as int16,
+        ):
+            assert case.run(overflow).tolist() == expected
+        filters = case.geometry().out_channels
+        assert int16.called == (filters >= fewest)  # any K: int16 has no INT_MM_MIN_K
 
 
 @settings(max_examples=80, deadline=None)
@@ -462,13 +474,16 @@ def test_overflowing_accumulators_wrap_or_saturate_exactly(
     assert any(abs(v) > golden.INT32_MAX for v in flat)  # the case does overflow
     # Under each host kernel: the int_mm path where the kernel is int_mm, float convolutions
     # (sliced where they would pass 2^24) otherwise, the same bits.
-    for kernel, overflow in itertools.product(("int_mm", "float32"), ("wrap", "saturate")):
+    # int16 with its fewest filters at 1: the int8 GEMM path where int_mm's is.
+    kernels = [k for k in ("int_mm", "float32", "int16") if k in host_gemm.available_kernels()]
+    for kernel, overflow in itertools.product(kernels, ("wrap", "saturate")):
         with (
             host_gemm.forced(kernel),
-            mock.patch.object(conv, "_int_mm_conv", wraps=conv._int_mm_conv) as int_mm,
+            mock.patch.object(conv, "INT16_MIN_FILTERS", 1),
+            mock.patch.object(conv, "_int8_gemm_conv", wraps=conv._int8_gemm_conv) as int_mm,
         ):
             out = conv_i32(x, w, geo, a_zp=zp, bias_i32=bias, acc_overflow=overflow)
-        assert int_mm.called == (path.startswith("int_mm") and kernel == "int_mm")
+        assert int_mm.called == (path.startswith("int_mm") and kernel != "float32")
         expected = golden.map_nested(lambda v, mode=overflow: golden.narrow(v, mode), exact)
         assert out.tolist() == expected, (kernel, overflow)
 
@@ -825,7 +840,7 @@ def test_conv_i32_by_chunks_of_samples_gives_the_whole_batchs_values(
     whole = conv_i32(x, w, geo, **args)
     monkeypatch.setattr(numerics, "CHUNK_BYTES", 1)
     # Whole where the geometry goes to _int_mm (per-sample zero-points then take the float path).
-    assert conv.samples_per_chunk(geo) == (geo.batch if conv._takes_int_mm(geo) else 1)
+    assert conv.samples_per_chunk(geo) == (geo.batch if conv._takes_int8_gemm(geo) else 1)
     assert torch.equal(conv_i32(x, w, geo, **args), whole)
     if conv.takes_float32(geo, a_zp) and bias is None:
         floats = conv_i32(x.float(), w, geo, **args, allow_float32=True)

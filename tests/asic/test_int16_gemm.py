@@ -137,3 +137,19 @@ def test_with_it_auto_takes_it_where_there_is_no_int8_unit(monkeypatch: pytest.M
     finally:
         monkeypatch.undo()
         host_gemm._from_env.cache_clear()
+
+
+@pytest.mark.parametrize(("n", "k"), [(16, 16), (48, 131), (37, 64), (5, 3)])
+def test_every_layout_packs_to_the_same_bytes(n: int, k: int) -> None:
+    """Rows of unit stride (a linear's weight, attention's K) and columns of unit stride (a
+    ``[K, N]``'s transposed view, attention's V) each take a vector path; any other layout is
+    packed element by element. All three must give the same packing."""
+    gen = torch.Generator().manual_seed(n * k)
+    base = torch.randint(-128, 128, (2 * n, 3 * k), dtype=torch.int8, generator=gen)
+    strided = base[::2, ::3]  # neither stride 1: element by element
+    rows, columns = strided.contiguous(), strided.t().contiguous().t()
+    assert rows.stride(1) == 1
+    assert columns.stride(0) == 1
+    packed = [int16_gemm.pack(w).data for w in (strided, rows, columns)]
+    assert torch.equal(packed[0], packed[1])
+    assert torch.equal(packed[0], packed[2])
