@@ -16,7 +16,7 @@ import threading
 
 import torch
 
-__all__ = ["cpu_flags", "plain", "scratch"]
+__all__ = ["SCRATCH_OPERAND_MAX_BYTES", "cpu_flags", "operand", "plain", "scratch"]
 
 
 @functools.cache
@@ -90,3 +90,19 @@ class _Scratch(threading.local):
 
 
 _scratch = _Scratch()
+
+
+#: The largest operand :func:`operand` puts in a reused buffer: 64 MiB a slot (a decode step's V
+#: at 32 heads × 4096 keys × 128 in float32); a larger one would be kept for the thread's life.
+SCRATCH_OPERAND_MAX_BYTES = 64 << 20
+
+
+def operand(shape: tuple[int, ...], dtype: torch.dtype, slot: int) -> torch.Tensor:
+    """A buffer for a kernel's operand, consumed before the kernel's next call: this thread's
+    reused one (:func:`scratch`), or a new tensor past :data:`SCRATCH_OPERAND_MAX_BYTES`.
+
+    Slots: 0 and 1, ``host_gemm``'s float operands; 2 and 3, the ``int16`` kernel's widened
+    activations and packed operand."""
+    if math.prod(shape) * dtype.itemsize > SCRATCH_OPERAND_MAX_BYTES:
+        return torch.empty(shape, dtype=dtype)
+    return scratch(shape, dtype, slot)

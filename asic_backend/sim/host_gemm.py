@@ -49,7 +49,7 @@ from typing import NamedTuple
 import torch
 
 from asic_backend.sim import int16_gemm
-from asic_backend.sim.host import cpu_flags, plain, scratch
+from asic_backend.sim.host import cpu_flags, operand, plain, scratch
 from asic_backend.sim.tensor_cache import new_cache, stamp
 
 __all__ = [
@@ -199,7 +199,7 @@ def mm_i32(
             w = _row_major(w_q).t()
         return torch._int_mm(a, w, out=out) if out is not None else torch._int_mm(a, w)
     if name == "int16":
-        packed = _packed(w_q) if w_static else int16_gemm.pack(w_q)
+        packed = _packed(w_q) if w_static else int16_gemm.pack(w_q, reuse=True)
         return int16_gemm.mm(a_q, packed, out=out)
     dtype = torch.float64 if name == "float64" else torch.float32
     if dtype == torch.float32 and w_static:
@@ -388,7 +388,7 @@ def bmm_i32(a_q: torch.Tensor, w_q: torch.Tensor, *, allow_float32: bool = False
     if name == "int16":
         acc = torch.empty((batch, m, w_q.shape[1]), dtype=torch.int32, device=a_q.device)
         for i in range(batch):
-            int16_gemm.mm(a_q[i], int16_gemm.pack(w_q[i]), out=acc[i])
+            int16_gemm.mm(a_q[i], int16_gemm.pack(w_q[i], reuse=True), out=acc[i])
         return acc
     # One batched float GEMM (per K slice) instead of B small ones.
     dtype = torch.float64 if name == "float64" else torch.float32
@@ -401,18 +401,13 @@ def _as_float(x: torch.Tensor, dtype: torch.dtype, slot: int) -> torch.Tensor:
     (:func:`scratch`), laid out as ``x`` is (a transposed view stays one): a new tensor would
     start on fresh pages the OS must fault in, 15 of a 2048-token decode attention's V
     conversion's 16 ms (32 heads, one thread, AVX-512 host). A new tensor where the buffer would
-    pass :data:`SCRATCH_OPERAND_MAX_BYTES` (kept for the thread's life) and for any tensor but a
-    plain CPU one (a fake or meta tensor has no data to copy)."""
-    if x.numel() * dtype.itemsize > SCRATCH_OPERAND_MAX_BYTES or not plain(x):
+    pass :data:`asic_backend.sim.host.SCRATCH_OPERAND_MAX_BYTES` (:func:`operand`), and for any
+    tensor but a plain CPU one (a fake or meta tensor has no data to copy)."""
+    if not plain(x):
         return x.to(dtype)
     if x.dim() == 3 and not x.is_contiguous() and x.mT.is_contiguous():
-        return scratch(tuple(x.mT.shape), dtype, slot).copy_(x.mT).mT
-    return scratch(tuple(x.shape), dtype, slot).copy_(x)
-
-
-#: The largest float operand :func:`bmm_i32` converts into a reused buffer: 64 MiB a slot (a
-#: decode step's V at 32 heads × 4096 keys × 128), two slots a dtype and thread at most.
-SCRATCH_OPERAND_MAX_BYTES = 64 << 20
+        return operand(tuple(x.mT.shape), dtype, slot).copy_(x.mT).mT
+    return operand(tuple(x.shape), dtype, slot).copy_(x)
 
 
 def scratch_i32(m: int, n: int) -> torch.Tensor:

@@ -27,15 +27,15 @@ from typing import Any, NamedTuple
 import torch
 
 from asic_backend.sim import host_passes
-from asic_backend.sim.host import scratch
+from asic_backend.sim.host import operand
 
 __all__ = ["Packed", "available", "mm", "pack", "unavailable_reason"]
 
 #: From this many multiply-adds on, a GEMM shares its panels among torch's threads.
 PARALLEL_MIN_MACS = 1 << 18
-#: :func:`asic_backend.sim.host.scratch`'s slot of the widened activations (0 and 1: the float
-#: operands of :func:`asic_backend.sim.host_gemm.bmm_i32`).
-_A16_SLOT = 2
+#: :func:`asic_backend.sim.host.operand`'s slots: the widened activations, and an operand packed
+#: for one call (:func:`pack` with ``reuse``).
+_A16_SLOT, _PACK_SLOT = 2, 3
 
 
 class Packed(NamedTuple):
@@ -66,11 +66,14 @@ def _library() -> Any:
     return native if native is not None and native.int16_available else None
 
 
-def pack(w_q: torch.Tensor) -> Packed:
-    """The int8 ``w_q [N, K]`` (any strides: a transposed view of a ``[K, N]`` too) packed."""
+def pack(w_q: torch.Tensor, *, reuse: bool = False) -> Packed:
+    """The int8 ``w_q [N, K]`` (any strides: a transposed view of a ``[K, N]`` too) packed.
+    ``reuse``: into this thread's reused buffer, for an operand of one call (an activation, a
+    convolution's im2col matrix): the packing is then only good until the next ``reuse``."""
     lib = _library()
     n, k = w_q.shape
-    data = torch.empty(int(lib.int16_packed_bytes(n, k)), dtype=torch.int8)
+    size = (int(lib.int16_packed_bytes(n, k)),)
+    data = operand(size, torch.int8, _PACK_SLOT) if reuse else torch.empty(size, dtype=torch.int8)
     if n and k:
         lib.int16_pack(
             w_q.data_ptr(), n, k, w_q.stride(0), w_q.stride(1), data.data_ptr(), _threads(n * k)
@@ -94,7 +97,7 @@ def mm(a_q: torch.Tensor, w: Packed, *, out: torch.Tensor | None = None) -> torc
             result.zero_()
         else:
             a = a_q if a_q.stride(1) == 1 else a_q.contiguous()
-            a16 = scratch((m * (k + k % 2),), torch.int16, _A16_SLOT)
+            a16 = operand((m * (k + k % 2),), torch.int16, _A16_SLOT)
             lib.int16_gemm(
                 a.data_ptr(),
                 m,

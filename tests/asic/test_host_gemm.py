@@ -536,7 +536,7 @@ def test_an_operand_past_the_cap_is_not_kept(monkeypatch: pytest.MonkeyPatch) ->
     """A thread keeps no buffer for an operand larger than SCRATCH_OPERAND_MAX_BYTES."""
     import threading
 
-    monkeypatch.setattr(host_gemm, "SCRATCH_OPERAND_MAX_BYTES", 4 * 3 * 5 * 40 - 1)
+    monkeypatch.setattr(host, "SCRATCH_OPERAND_MAX_BYTES", 4 * 3 * 5 * 40 - 1)
     a = torch.randint(-128, 128, (3, 5, 40), dtype=torch.int8)
     w = torch.randint(-128, 128, (3, 2, 40), dtype=torch.int8)
     kept: list[object] = []

@@ -3,6 +3,7 @@ odd K), every layout it takes, one and two threads; and what a process without i
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -10,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asic_backend.sim import host_gemm, host_passes, int16_gemm, numerics
+from asic_backend.sim import host, host_gemm, host_passes, int16_gemm, numerics
 from tests.asic import golden
 
 pytestmark = pytest.mark.skipif(
@@ -153,3 +154,33 @@ def test_every_layout_packs_to_the_same_bytes(n: int, k: int) -> None:
     packed = [int16_gemm.pack(w).data for w in (strided, rows, columns)]
     assert torch.equal(packed[0], packed[1])
     assert torch.equal(packed[0], packed[2])
+
+
+def test_a_packing_for_one_call_reuses_a_buffer_below_the_cap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``reuse``: the thread's buffer for a call's operand (a dynamic right operand, an im2col
+    matrix), whose packing is as good as a new one's; past the cap, no buffer is kept."""
+    gen = torch.Generator().manual_seed(5)
+    w = torch.randint(-128, 128, (20, 30), dtype=torch.int8, generator=gen)
+    a = torch.randint(-128, 128, (7, 30), dtype=torch.int8, generator=gen)
+    kept: dict[str, object] = {}
+
+    def run() -> None:
+        first = int16_gemm.pack(w, reuse=True)
+        assert torch.equal(first.data, int16_gemm.pack(w).data)
+        again = int16_gemm.pack(w.flip(0), reuse=True)
+        kept["same buffer"] = again.data.data_ptr() == first.data.data_ptr()
+        kept["product"] = int16_gemm.mm(a, again).tolist()
+        monkeypatch.setattr(host, "SCRATCH_OPERAND_MAX_BYTES", first.data.numel() - 1)
+        past = int16_gemm.pack(w, reuse=True)
+        kept["past the cap"] = past.data.data_ptr() != first.data.data_ptr()
+        kept["slots"] = sorted(slot for _, slot in host._scratch.bufs)
+
+    thread = threading.Thread(target=run)  # a fresh thread: buffers of its own
+    thread.start()
+    thread.join()
+    assert kept["same buffer"]
+    assert kept["product"] == golden.gemm_i32(a.tolist(), w.flip(0).tolist())
+    assert kept["past the cap"]
+    assert kept["slots"] == [2, 3]  # the widened activations', and the one packing's
