@@ -56,10 +56,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     settings = config.stash.get(CONFIG_KEY, None)
     if settings is not None and settings.asic:
-        from asic_backend.sim import host_gemm, host_passes  # torch: loaded, under the backend
+        from asic_backend.sim import host_passes  # torch: loaded already, under the backend
 
         host_passes.reset()  # a later run in this process (pytester) reads its own environment
-        host_gemm.reset()
 
 
 def pytest_report_header(config: pytest.Config) -> str | list[str] | None:
@@ -101,7 +100,6 @@ def _check_host_kernels() -> None:
     from asic_backend.sim import host_gemm, host_passes
 
     host_passes.reset()  # this run's environment, not an earlier run's in this process
-    host_gemm.reset()
     try:
         host_gemm.kernel()
         host_passes.mode()

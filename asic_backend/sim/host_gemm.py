@@ -8,9 +8,9 @@ exactly. Four kernels are exact for every reduction length the int32 fast path t
   AVX-VNNI, AMX), and 10-30x slower than a float GEMM where it has not (AVX2 alone);
 - ``int16``: the project's own native GEMM (:mod:`asic_backend.sim.int16_gemm`), for AVX2
   alone: the int8 values widened to int16, multiplied and summed in pairs into int32, by a
-  packed int8 copy of the weight. AVX2 code on the AVX-512 VNNI host took 0.22x to 0.34x
-  fp32's ``F.linear`` at decode (1 and 8 rows: it reads a byte a weight, fp32 four) and 0.54x
-  to 0.62x at prefill (128 to 512 rows), one thread;
+  packed int8 copy of the weight. A DUT linear with it, AVX2 code on the AVX-512 VNNI host,
+  took 0.21x to 0.39x fp32's ``F.linear`` at decode (1 and 8 rows: it reads a byte a weight,
+  fp32 four) and 0.48x to 0.61x at prefill (128 to 512 rows), one thread;
 - ``float32``: float32 GEMMs over slices of K, summed in int32: every product of two int8
   values is at most 2^14 in magnitude, so a slice of :data:`FLOAT32_SLICE` keeps every partial
   sum an integer within 2^24, which float32 holds exactly, in any summation order; a weight
@@ -70,7 +70,6 @@ __all__ = [
     "kernel_for",
     "mm_i32",
     "one_gemm_is_exact",
-    "reset",
     "scratch",
     "scratch_i32",
     "slice_length",
@@ -98,27 +97,24 @@ def kernel() -> str:
     a ``ValueError`` naming the allowed values."""
     if _forced:
         return _forced[-1]
-    return _from_env(os.environ.get(ENV_VAR, "auto"))
+    spec = _from_env(os.environ.get(ENV_VAR, "auto"))
+    # Whether int16 is there is the native library's build, which host_passes.reset() may
+    # redo: asked on each use (a cached lookup), never kept here.
+    if spec == "auto":
+        if has_int8_unit():
+            return "int_mm"
+        return "int16" if int16_gemm.available() else "float32"
+    if spec == "int16":
+        _require_int16(f"${ENV_VAR}=int16")
+    return spec
 
 
 @functools.cache
 def _from_env(raw: str) -> str:
     value = raw.strip().lower() or "auto"
-    if value == "auto":
-        if has_int8_unit():
-            return "int_mm"
-        return "int16" if int16_gemm.available() else "float32"
-    if value not in KERNELS:
+    if value != "auto" and value not in KERNELS:
         raise ValueError(f"${ENV_VAR}={value!r} is not one of {', '.join((*KERNELS, 'auto'))}")
-    if value == "int16":
-        _require_int16(f"${ENV_VAR}=int16")
     return value
-
-
-def reset() -> None:
-    """Choose again at the next use: ``auto`` and ``int16`` depend on the native library's build
-    (:func:`asic_backend.sim.host_passes.reset` calls this)."""
-    _from_env.cache_clear()
 
 
 def available_kernels() -> tuple[str, ...]:

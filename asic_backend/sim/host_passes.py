@@ -156,8 +156,8 @@ def build_detail() -> str:
 
 def reset() -> None:
     """Forget the choice and the build: the next pass reads ``$ASIC_HOST_PASSES`` and looks for
-    the build again (a built copy is loaded, not rebuilt). The host GEMM kernel may be the
-    build's: :func:`asic_backend.sim.host_gemm.reset` chooses it again."""
+    the build again (a built copy is loaded, not rebuilt). The host GEMM kernel, which may be
+    the build's (``int16``), follows."""
     _configured.cache_clear()
     _build.cache_clear()
 

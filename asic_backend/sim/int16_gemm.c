@@ -13,8 +13,8 @@
  * activations are widened to int16 into the caller's buffer (one int32 load broadcasts a pair).
  * A micro-tile is ROWS rows x PANEL columns held in registers over all of K; panels are taken a
  * group at a time (GROUP_BYTES of packed weight: the CPU's L2) for each block of rows, so a
- * block's activations are read from L1 for every panel of the group. Panel groups are shared
- * among OpenMP threads.
+ * block's activations are read from L1 for every panel of the group. OpenMP threads share the
+ * (group, block of rows) pairs.
  */
 #include <stdint.h>
 #include <string.h>
@@ -162,18 +162,24 @@ int64_t asic_int16_gemm(const int8_t *a, int64_t m, int64_t k, int64_t lda, cons
                         int64_t n, int32_t *out, int64_t ldo, int16_t *a16, int threads) {
 #if defined(__AVX2__)
     int64_t kp = even(k), panels = (n + PANEL - 1) / PANEL;
-#pragma omp parallel for num_threads(threads) if (threads > 1 && m * kp >= (1 << 16))
+    if (k == 0) { /* an empty sum */
+        for (int64_t i = 0; i < m; i++) memset(out + i * ldo, 0, (size_t)n * sizeof(int32_t));
+        return 0;
+    }
     /* An odd K's last pair is left as it is: its weight half is 0, so any value multiplies to 0. */
+#pragma omp parallel for num_threads(threads) if (threads > 1 && m * kp >= (1 << 16))
     for (int64_t i = 0; i < m; i++)
         for (int64_t kk = 0; kk < k; kk++) a16[i * kp + kk] = a[i * lda + kk];
     int64_t group = GROUP_BYTES / (kp * PANEL);
     if (group < 1) group = 1;
-    int64_t groups = (panels + group - 1) / group;
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    int64_t groups = (panels + group - 1) / group, blocks = (m + ROWS - 1) / ROWS;
+    /* Threads share (panel group, block of rows) items: a narrow weight (one group: attention's
+     * heads, a small linear) still splits by rows, a decode step's few rows by groups. */
+#pragma omp parallel for collapse(2) num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t g = 0; g < groups; g++) {
-        int64_t p_end = (g + 1) * group < panels ? (g + 1) * group : panels;
-        for (int64_t i = 0; i < m; i += ROWS) {
-            int64_t rows = m - i < ROWS ? m - i : ROWS;
+        for (int64_t b = 0; b < blocks; b++) {
+            int64_t i = b * ROWS, rows = m - i < ROWS ? m - i : ROWS;
+            int64_t p_end = (g + 1) * group < panels ? (g + 1) * group : panels;
             for (int64_t p = g * group; p < p_end; p++) {
                 int64_t cols = n - p * PANEL < PANEL ? n - p * PANEL : PANEL;
                 const int16_t *ai = a16 + i * kp;

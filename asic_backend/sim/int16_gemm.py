@@ -49,21 +49,36 @@ class Packed(NamedTuple):
 
 def available() -> bool:
     """Whether this process has the kernel: the native library built, for a CPU with AVX2."""
-    return _library() is not None
+    return _built() is not None
 
 
 def unavailable_reason() -> str:
     """Why :func:`available` is False ('' where it is True)."""
-    if _library() is not None:
+    if _built() is not None:
         return ""
     if host_passes.built() is None:
         return f"the native library is not available ({host_passes.build_detail()})"
     return "the native library was built without AVX2 (this CPU or its compiler has none)"
 
 
-def _library() -> Any:
+def _built() -> Any:
     native = host_passes.built()
     return native if native is not None and native.int16_available else None
+
+
+def _library() -> Any:
+    native = _built()
+    if native is None:
+        raise RuntimeError(f"asic: the int16 kernel is not available: {unavailable_reason()}")
+    return native
+
+
+def _check_int8(name: str, t: torch.Tensor) -> None:
+    if t.dtype != torch.int8 or t.dim() != 2 or t.device.type != "cpu":
+        raise ValueError(
+            f"asic: the int16 kernel takes {name} as a 2-D int8 CPU tensor, "
+            f"got {t.dtype} {list(t.shape)} on {t.device}"
+        )
 
 
 def pack(w_q: torch.Tensor, *, reuse: bool = False) -> Packed:
@@ -71,6 +86,7 @@ def pack(w_q: torch.Tensor, *, reuse: bool = False) -> Packed:
     ``reuse``: into this thread's reused buffer, for an operand of one call (an activation, a
     convolution's im2col matrix): the packing is then only good until the next ``reuse``."""
     lib = _library()
+    _check_int8("a weight", w_q)
     n, k = w_q.shape
     size = (int(lib.int16_packed_bytes(n, k)),)
     data = operand(size, torch.int8, _PACK_SLOT) if reuse else torch.empty(size, dtype=torch.int8)
@@ -82,13 +98,19 @@ def pack(w_q: torch.Tensor, *, reuse: bool = False) -> Packed:
 
 
 def mm(a_q: torch.Tensor, w: Packed, *, out: torch.Tensor | None = None) -> torch.Tensor:
-    """``a_q [M, K] · wᵀ`` of int8 values as int32 ``[M, N]``, exactly (``K <= INT_MM_MAX_K``):
-    into ``out`` if given (int32 ``[M, N]``)."""
+    """``a_q [M, K] · wᵀ`` of int8 values as int32 ``[M, N]``, exactly (the caller guarantees
+    ``K <= INT_MM_MAX_K``: no sum overflows int32): into ``out`` if given (int32 ``[M, N]``)."""
     lib = _library()
+    _check_int8("activations", a_q)
     m, k = a_q.shape
     if k != w.k:
         raise ValueError(f"asic: int16 GEMM of [{m}, {k}] by a packed [{w.n}, {w.k}]")
-    if out is not None and out.stride(-1) == 1 and out.dtype == torch.int32:
+    if out is not None and (out.dtype != torch.int32 or tuple(out.shape) != (m, w.n)):
+        raise ValueError(
+            f"asic: int16 GEMM into {out.dtype} {list(out.shape)}, not int32 [{m}, {w.n}]"
+        )
+    # The kernel writes rows of unit stride, ldo apart, none over another.
+    if out is not None and out.stride(-1) == 1 and (m < 2 or out.stride(0) >= w.n):
         result = out
     else:
         result = torch.empty((m, w.n), dtype=torch.int32)

@@ -52,25 +52,52 @@ def test_products_equal_the_golden_model(
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_a_gemm_shared_among_threads_is_exact_and_writes_into_out_rows(threads: int) -> None:
-    """Past the size where the panels are shared, into a caller's accumulator whose rows lie
-    apart (a slice of a wider one): every value the exact product, and nothing beside it
-    written."""
+@pytest.mark.parametrize(
+    ("m", "k", "n"),
+    [
+        # 31 panels of 16 columns by K = 1030: 3 groups of 15 (256 KiB each); 70 · 1030 widened
+        # values pass the 2^16 from which the widening is shared too.
+        (70, 1029, 485),
+        # 3 panels, one group: the threads share its 34 blocks of rows.
+        (200, 128, 40),
+    ],
+    ids=["groups", "rows"],
+)
+def test_a_gemm_shared_among_threads_is_exact_and_writes_into_out_rows(
+    threads: int, m: int, k: int, n: int
+) -> None:
+    """Past the size where the work is shared, into a caller's accumulator whose rows lie apart
+    (a slice of a wider one): every value the exact product, and nothing beside it written."""
     gen = torch.Generator().manual_seed(threads)
-    a = torch.randint(-128, 128, (37, 1029), dtype=torch.int8, generator=gen)
-    w = torch.randint(-128, 128, (203, 1029), dtype=torch.int8, generator=gen)
-    assert a.shape[0] * w.shape[0] * a.shape[1] >= int16_gemm.PARALLEL_MIN_MACS
-    wide = torch.full((37, 210), 7, dtype=torch.int32)
+    a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=gen)
+    w = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=gen)
+    assert m * n * k >= int16_gemm.PARALLEL_MIN_MACS
+    wide = torch.full((m, n + 7), 7, dtype=torch.int32)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        result = int16_gemm.mm(a, int16_gemm.pack(w), out=wide[:, 3:206])
+        result = int16_gemm.mm(a, int16_gemm.pack(w), out=wide[:, 3 : n + 3])
     finally:
         torch.set_num_threads(before)
-    assert result.data_ptr() == wide[:, 3:206].data_ptr()
+    assert result.data_ptr() == wide[:, 3:].data_ptr()
     assert torch.equal(result.long(), a.long() @ w.long().t())
     assert (wide[:, :3] == 7).all()
-    assert (wide[:, 206:] == 7).all()
+    assert (wide[:, n + 3 :] == 7).all()
+
+
+def test_bad_operands_are_refused_in_one_line() -> None:
+    w = int16_gemm.pack(torch.zeros((4, 8), dtype=torch.int8))
+    a = torch.zeros((2, 8), dtype=torch.int8)
+    with pytest.raises(ValueError, match=r"into torch.int32 \[2, 2\], not int32 \[2, 4\]$"):
+        int16_gemm.mm(a, w, out=torch.zeros((2, 2), dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"activations as a 2-D int8 CPU tensor, got torch.uint8"):
+        int16_gemm.mm(a.to(torch.uint8), w)
+    with pytest.raises(ValueError, match=r"a weight as a 2-D int8 CPU tensor, got torch.float32"):
+        int16_gemm.pack(torch.zeros((4, 8)))
+    # Rows over one another (stride 0): the kernel does not write them; torch's copy refuses.
+    out = torch.zeros((1, 4), dtype=torch.int32).expand(2, 4)
+    with pytest.raises(RuntimeError, match="refers to a single memory location"):
+        int16_gemm.mm(a, w, out=out)
 
 
 def test_the_longest_reduction_stays_exact() -> None:
@@ -105,10 +132,8 @@ def without_int16(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(host_passes, "built", lambda: native._replace(int16_available=False))
     monkeypatch.setattr(host_gemm, "has_int8_unit", lambda: False)
     monkeypatch.delenv(host_gemm.ENV_VAR, raising=False)
-    host_gemm._from_env.cache_clear()
     yield
     monkeypatch.undo()
-    host_gemm._from_env.cache_clear()
 
 
 def test_without_it_auto_takes_float32_and_says_why(
@@ -131,13 +156,8 @@ def test_without_it_auto_takes_float32_and_says_why(
 def test_with_it_auto_takes_it_where_there_is_no_int8_unit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(host_gemm, "has_int8_unit", lambda: False)
     monkeypatch.delenv(host_gemm.ENV_VAR, raising=False)
-    host_gemm._from_env.cache_clear()
-    try:
-        assert host_gemm.kernel() == "int16"
-        assert host_gemm.describe() == "int16 (auto: no int8 dot-product unit on this CPU)"
-    finally:
-        monkeypatch.undo()
-        host_gemm._from_env.cache_clear()
+    assert host_gemm.kernel() == "int16"
+    assert host_gemm.describe() == "int16 (auto: no int8 dot-product unit on this CPU)"
 
 
 @pytest.mark.parametrize(("n", "k"), [(16, 16), (48, 131), (37, 64), (5, 3)])
@@ -184,3 +204,17 @@ def test_a_packing_for_one_call_reuses_a_buffer_below_the_cap(
     assert kept["product"] == golden.gemm_i32(a.tolist(), w.flip(0).tolist())
     assert kept["past the cap"]
     assert kept["slots"] == [2, 3]  # the widened activations', and the one packing's
+
+
+def test_the_choice_follows_the_build_without_a_reset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library rebuilt without the kernel (``host_passes.reset()`` and another compiler) takes
+    ``auto`` to ``float32`` at the next GEMM, and a direct call says why."""
+    monkeypatch.setattr(host_gemm, "has_int8_unit", lambda: False)
+    monkeypatch.delenv(host_gemm.ENV_VAR, raising=False)
+    assert host_gemm.kernel() == "int16"
+    native = host_passes.built()
+    assert native is not None
+    monkeypatch.setattr(host_passes, "built", lambda: native._replace(int16_available=False))
+    assert host_gemm.kernel() == "float32"
+    with pytest.raises(RuntimeError, match=r"^asic: the int16 kernel is not available: the nat"):
+        int16_gemm.pack(torch.zeros((2, 2), dtype=torch.int8))
