@@ -1,8 +1,9 @@
 """A plain (benchmark-disabled) run of the benchmarks, as CI makes one, on a host without an int8
 dot-product unit: there ``torch._int_mm`` has no fast kernel (0.6 to 2.6 GMAC/s measured on
 AVX2-only hosts, against tens with VNNI), so every GEMM that runs on it must be a smoke-sized
-one (:func:`benchmarks.conftest.smoke_rows`). The DUT's own GEMMs take the ``float32`` kernel
-there; TorchAO's peer and the raw-kernel rows call ``_int_mm`` whatever the host."""
+one (:func:`benchmarks.conftest.smoke_rows`). The DUT's own GEMMs take the ``int16`` kernel
+there (``float32`` without it); TorchAO's peer and the raw-kernel rows call ``_int_mm`` whatever
+the host."""
 
 from __future__ import annotations
 
