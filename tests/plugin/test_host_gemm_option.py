@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from asic_backend.sim import int16_gemm
+
 
 @pytest.fixture
 def suite(pytester: pytest.Pytester) -> pytest.Pytester:
@@ -20,7 +22,13 @@ def suite(pytester: pytest.Pytester) -> pytest.Pytester:
     [
         ("float64", "nobreak: host GEMM kernel float64 ($ASIC_HOST_GEMM=float64)"),
         ("int_mm", "nobreak: host GEMM kernel int_mm ($ASIC_HOST_GEMM=int_mm)"),
-        ("int16", "nobreak: host GEMM kernel int16 ($ASIC_HOST_GEMM=int16)"),
+        pytest.param(
+            "int16",
+            "nobreak: host GEMM kernel int16 ($ASIC_HOST_GEMM=int16)",
+            marks=pytest.mark.skipif(
+                not int16_gemm.available(), reason=int16_gemm.unavailable_reason()
+            ),
+        ),
         ("auto", "nobreak: host GEMM kernel * (auto: * int8 dot-product unit on this CPU)"),
     ],
 )
