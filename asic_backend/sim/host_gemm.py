@@ -94,7 +94,8 @@ _forced: list[str] = []
 
 def kernel() -> str:
     """The kernel this process uses (see the module docstring); a bad ``$ASIC_HOST_GEMM`` is
-    a ``ValueError`` naming the allowed values."""
+    a ``ValueError`` naming the allowed values, ``int16`` where it did not build a
+    ``RuntimeError`` saying why."""
     if _forced:
         return _forced[-1]
     spec = _from_env(os.environ.get(ENV_VAR, "auto"))
