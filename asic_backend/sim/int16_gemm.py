@@ -31,7 +31,8 @@ from asic_backend.sim.host import operand
 
 __all__ = ["Packed", "available", "mm", "pack", "unavailable_reason"]
 
-#: From this many multiply-adds on, a GEMM shares its panels among torch's threads.
+#: From this much work on (multiply-adds, or values packed), a call shares it among torch's
+#: threads.
 PARALLEL_MIN_MACS = 1 << 18
 #: :func:`asic_backend.sim.host.operand`'s slots: the widened activations, and an operand packed
 #: for one call (:func:`pack` with ``reuse``).
@@ -41,7 +42,7 @@ _A16_SLOT, _PACK_SLOT = 2, 3
 class Packed(NamedTuple):
     """A weight ``[N, K]`` packed for the kernel (see ``int16_gemm.c``)."""
 
-    #: int8, :func:`packed_bytes` long.
+    #: int8, ``asic_int16_packed_bytes(N, K)`` long (``int16_gemm.c``).
     data: torch.Tensor
     n: int
     k: int
@@ -114,24 +115,22 @@ def mm(a_q: torch.Tensor, w: Packed, *, out: torch.Tensor | None = None) -> torc
         result = out
     else:
         result = torch.empty((m, w.n), dtype=torch.int32)
-    if m and w.n:
-        if k == 0:
-            result.zero_()
-        else:
-            a = a_q if a_q.stride(1) == 1 else a_q.contiguous()
-            a16 = operand((m * (k + k % 2),), torch.int16, _A16_SLOT)
-            lib.int16_gemm(
-                a.data_ptr(),
-                m,
-                k,
-                a.stride(0),
-                w.data.data_ptr(),
-                w.n,
-                result.data_ptr(),
-                result.stride(0),
-                a16.data_ptr(),
-                _threads(m * w.n * k),
-            )
+    if m and w.n:  # K = 0: the kernel writes zeros
+        a = a_q if a_q.stride(1) == 1 else a_q.contiguous()
+        # Each row widened to K rounded up to even (int16_gemm.c's pairs).
+        a16 = operand((m * (k + k % 2),), torch.int16, _A16_SLOT)
+        lib.int16_gemm(
+            a.data_ptr(),
+            m,
+            k,
+            a.stride(0),
+            w.data.data_ptr(),
+            w.n,
+            result.data_ptr(),
+            result.stride(0),
+            a16.data_ptr(),
+            _threads(m * w.n * k),
+        )
     if out is not None and result is not out:
         return out.copy_(result)
     return result
