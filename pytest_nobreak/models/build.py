@@ -46,6 +46,7 @@ from pytest_nobreak.models.skips import BuildSkip, first_line
 from pytest_nobreak.models.spec import InputSpec, ModelSpec, SpecError, parse_spec
 
 __all__ = [
+    "TIME_LIMIT_HINT",
     "BuildSkip",
     "BuiltModel",
     "TimeLimitExceeded",
@@ -470,8 +471,12 @@ def _tensors(out: Any) -> Iterator[torch.Tensor]:
             yield from _tensors(value)
 
 
+#: What every message of the time limit ends with.
+TIME_LIMIT_HINT = "(--nobreak-model-timeout; 0 lifts the limit)"
+
+
 class TimeLimitExceeded(BaseException):
-    """A check ran past ``--nobreak-model-timeout``.
+    """A check (or the factory's first call) ran past ``--nobreak-model-timeout``.
 
     A ``BaseException``, as ``KeyboardInterrupt``: Dynamo turns an ``Exception`` raised while it
     traces into a compile error of its own, which would hide what happened.
@@ -515,18 +520,29 @@ def time_limit(seconds: float | None) -> Iterator[None]:
 
 
 def check_inputs(
-    spec: ModelSpec, factory: Callable[[], Any] | None, given: tuple[InputSpec, ...]
+    spec: ModelSpec,
+    factory: Callable[[], Any] | None,
+    given: tuple[InputSpec, ...],
+    timeout: float | None,
 ) -> None:
     """Raise :class:`SpecError` when the inputs of ``spec``'s model cannot be made: a factory
-    is called (its result must be a module or a pair, and a bare module's inputs inferable).
-    An ``hf:`` or ``diffusers:`` model's inputs are inferred from its ``forward`` when it is
-    built; a named one whose inputs cannot be made fails its checks there, with the reason."""
+    is called (its result must be a module or a pair, and a bare module's inputs inferable),
+    within the checks' time limit, ``timeout`` seconds: a factory that hangs stops the run
+    before any test, saying so, rather than holding it. An ``hf:`` or ``diffusers:`` model's
+    inputs are inferred from its ``forward`` when it is built; a named one whose inputs cannot
+    be made fails its checks there, with the reason."""
     if spec.kind in ("hf", "diffusers"):
         return
     assert factory is not None
+    expired = None
     try:
-        result = _call_seeded(factory)
+        with time_limit(timeout):
+            result = _call_seeded(factory)
+    except TimeLimitExceeded as exc:
+        expired = str(exc)
     except Exception as exc:
         problem = f"{type(exc).__name__}: {exc}".splitlines()[0]
         raise SpecError(f"--nobreak-model {spec.text}: the factory raised {problem}") from None
+    if expired is not None:  # raised outside the handler: one line, no chained traceback
+        raise SpecError(f"--nobreak-model {spec.text}: the factory {expired} {TIME_LIMIT_HINT}")
     _from_factory(spec, result, given)

@@ -212,7 +212,8 @@ class ModelPlugin:
 
         for spec in self.specs:
             if spec.text in named:
-                check_inputs(spec, self.factories[spec.text], self.models.inputs)
+                factory = self.factories[spec.text]
+                check_inputs(spec, factory, self.models.inputs, self.models.timeout_s)
 
     def checks(self) -> list[str]:
         """The checks each model gets in this session."""
@@ -379,7 +380,7 @@ class ModelCheck(pytest.Function):
 def _bind(run: Callable[..., None], collector: ModelCollector) -> Callable[..., None]:
     """The check as a test function: pytest reads the fixtures it takes from its signature."""
     # Lazy: keeps torch out of the plugin's import until a test needs it.
-    from pytest_nobreak.models.build import TimeLimitExceeded, time_limit
+    from pytest_nobreak.models.build import TIME_LIMIT_HINT, TimeLimitExceeded, time_limit
 
     timeout = collector.plugin.models.timeout_s
 
@@ -392,8 +393,7 @@ def _bind(run: Callable[..., None], collector: ModelCollector) -> Callable[..., 
             expired = str(exc)
         if expired is not None:  # failed outside the handler: one line, no chained traceback
             pytest.fail(
-                f"{collector.spec.text}: {request.node.name} {expired} "
-                "(--nobreak-model-timeout; 0 lifts the limit)",
+                f"{collector.spec.text}: {request.node.name} {expired} {TIME_LIMIT_HINT}",
                 pytrace=False,
             )
 

@@ -189,8 +189,20 @@ def seeded():
     return nn.Linear(8, 4), torch.ones(2, 8)
 
 
+class Slow(nn.Module):
+    def forward(self, x):
+        time.sleep(8)  # past any time limit the tests set: interrupted, never waited out
+        open("waited-out", "w").close()
+        return x
+
+
 def slow():
-    time.sleep(8)  # past any time limit the tests set: interrupted, never waited out
+    return Slow(), torch.ones(2, 8)
+
+
+def slow_factory():
+    time.sleep(8)
+    open("waited-out", "w").close()
     return mlp()
 
 
@@ -533,6 +545,23 @@ def test_the_time_limit_fails_a_slow_check(fac: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(
         ["*fac.py:slow: compiles_whole took more than 0.5s (--nobreak-model-timeout; 0 lifts*"]
     )
+    assert not (fac.path / "waited-out").exists()
+
+
+def test_the_time_limit_holds_the_factorys_first_call_before_any_test(
+    fac: pytest.Pytester,
+) -> None:
+    """The factory is called when the run starts, to check its inputs: a hung one stops the run
+    there, under the same limit, instead of holding it."""
+    result = run(fac, "--nobreak-model", "fac.py:slow_factory", "--nobreak-model-timeout", "0.5")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: --nobreak-model fac.py:slow_factory: the factory took more than 0.5s "
+            "(--nobreak-model-timeout; 0 lifts the limit)"
+        ]
+    )
+    assert not (fac.path / "waited-out").exists()
 
 
 def test_the_baseline_gates_generated_checks(
