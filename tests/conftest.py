@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from _pytest import pytester as _pytester
 
-from tests import gc_freeze
+from tests import gc_freeze, threads
 
 # pytester restores ``sys.modules`` after each in-process inner run, deleting the modules that
 # run imported. torch imports many submodules lazily (Dynamo, Inductor, sympy); deleting them
@@ -120,6 +120,7 @@ def _every_mac_accounted() -> Iterator[None]:
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     gc_freeze.start(config)
+    threads.share(config)
 
 
 # --------------------------------------------------------------------------- skips in CI
