@@ -12,9 +12,9 @@ One benchmark group per layer, each with:
   on the DUT, softmax on the host), on the ``default``, ``gemmini`` and ``tpu_v1`` presets, with
   the simulated figures in ``extra_info``.
 
-The layers: a ResNet 3x3 conv at stage 1 and stage 3 shapes, a MobileNet depthwise 3x3, a
-Whisper-style 1-D audio conv (80 mel bins in, 384 channels out, 3000 frames), and SDPA at a
-prefill shape (16 heads of 64, 512 tokens).
+The layers: a ResNet 3x3 conv at stage 1 and stage 3 shapes and a bottleneck's 1x1 conv, a
+MobileNet depthwise 3x3, a Whisper-style 1-D audio conv (80 mel bins in, 384 channels out, 3000
+frames), and SDPA at prefill and decode shapes.
 
     pytest benchmarks/test_conv_attention.py --benchmark-only    # timed, with the ratio table
     pytest benchmarks/test_conv_attention.py --benchmark-disable # plain tests, as CI runs them
@@ -160,6 +160,8 @@ class Attention:
 CONVS = [
     Conv("resnet conv3x3 stage1", (8, 64, 56, 56), (64, 64, 3, 3), 1, 1),
     Conv("resnet conv3x3 stage3", (8, 256, 14, 14), (256, 256, 3, 3), 1, 1),
+    # A ResNet-50 bottleneck's first conv: 64 multiply-adds an input value, so memory decides.
+    Conv("resnet conv1x1 bottleneck", (8, 256, 56, 56), (64, 256, 1, 1), 1, 0),
     Conv("mobilenet depthwise3x3", (8, 128, 56, 56), (128, 1, 3, 3), 1, 1, groups=128),
     Conv("whisper conv1d k3", (4, 80, 3000), (384, 80, 3), 1, 1),
 ]

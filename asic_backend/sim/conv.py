@@ -452,11 +452,12 @@ def sample_spans(geo: ConvGeometry) -> list[tuple[int, int]]:
 
 #: The fewest filters a dense conv has for the ``int16`` kernel to take its im2col matrix (below,
 #: the float convolution). Each im2col value feeds one multiply-add a filter, and costs two passes
-#: of its own (im2col, the kernel's packing), which the float convolution does not pay: the
-#: int16 path took 1.22x fp32 at ResNet's first stage (64 filters, float32 1.13x), 0.96x at its
-#: third (256; float32 1.07x) and 0.81x on Whisper's conv1d (384; float32 1.11x), AVX2 code on
-#: the AVX-512 VNNI host, one thread (``benchmarks/test_conv_attention.py``).
-INT16_MIN_FILTERS = 128
+#: of its own (im2col, the kernel's packing), which the float convolution does not pay. Against
+#: fp32, int16 then float32 (AVX2 code on the AVX-512 VNNI host, one thread, round robin): 64
+#: filters, ResNet's first stage 1.05x and 1.11x, its 7x7 stem 1.13x and 1.12x, a 1x1 conv 1.44x
+#: and 1.68x; 32 filters at 3x3 1.32x and 1.18x, 16 filters 1.56x and 1.33x. From 128 filters
+#: int16 is the faster by more (ResNet's third stage 0.95x, 1.06x).
+INT16_MIN_FILTERS = 64
 
 
 def _takes_int8_gemm(geo: ConvGeometry) -> bool:
