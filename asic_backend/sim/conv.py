@@ -606,12 +606,19 @@ def _int8_gemm_conv(
     no transposing pass. The zero-point is folded as :func:`numerics.linear_i32` folds it (the
     padding holds ``zp``, so it cancels there too).
     """
-    cols = im2col(x_q, geo, pad_value=zp)[0]  # [N·points, K]
     rows = _weight_rows(w_q, geo)[0]  # [C_out, K]
     points = math.prod(geo.out_size)
+    if _is_pointwise(geo):
+        # The im2col matrix of a 1x1 conv is the input: a sample's [C, points], read by columns
+        # (the copy took 5.7 of a ResNet-50 bottleneck conv's 13.3 ms, one thread).
+        x_rows = x_q.reshape(geo.batch, geo.in_channels, points)
+        samples = [x_rows[n].t() for n in range(geo.batch)]
+    else:
+        cols = im2col(x_q, geo, pad_value=zp)[0]  # [N·points, K]
+        samples = [cols[n * points : (n + 1) * points] for n in range(geo.batch)]
     acc = torch.empty((geo.batch, geo.out_channels, points), dtype=torch.int32)
-    for n in range(geo.batch):
-        host_gemm.mm_i32(rows, cols[n * points : (n + 1) * points], out=acc[n])
+    for n, sample in enumerate(samples):
+        host_gemm.mm_i32(rows, sample, out=acc[n])
     corr = bias_i32.to(torch.int64) if bias_i32 is not None else None
     if zp != 0:
         folded = -zp * rows.sum(dim=1, dtype=torch.int64)
@@ -623,6 +630,17 @@ def _int8_gemm_conv(
         else:
             acc = numerics.narrow_i32(acc.to(torch.int64).add_(corr), acc_overflow)
     return acc.reshape(geo.out_shape)
+
+
+def _is_pointwise(geo: ConvGeometry) -> bool:
+    """A dense 1x1 conv of stride 1 without padding: each output point is its input point."""
+    return (
+        geo.groups == 1
+        and not geo.transposed
+        and all(k == 1 for k in geo.kernel)
+        and all(s == 1 for s in geo.stride)
+        and all(lo == hi == 0 for lo, hi in geo.padding)
+    )
 
 
 def _sample_zp(a_zp: int | torch.Tensor, batch: int) -> int | torch.Tensor:

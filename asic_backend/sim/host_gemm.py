@@ -192,6 +192,8 @@ def mm_i32(
         a = _row_major(a_q)
         if w_static:
             w = _columns(w_q) if a_q.shape[0] > 1 else _rows(w_q).t()
+        elif _is_row_major(w_q.t()):  # a transposed view (a 1x1 conv's input): [K, N] as it lies
+            w = w_q.t()
         else:
             w = _row_major(w_q).t()
         return torch._int_mm(a, w, out=out) if out is not None else torch._int_mm(a, w)

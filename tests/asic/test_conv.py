@@ -151,9 +151,12 @@ def conv_case(
     *,
     transposed: bool | None = None,
     dense: bool = False,
+    pointwise: bool = False,
     zp_kinds: tuple[str, ...] = ZP_KINDS,
 ) -> ConvCase:
-    """A small convolution; ``dense``: groups = 1 and not transposed (the ``_int_mm`` path)."""
+    """A small convolution; ``dense``: groups = 1 and not transposed (the ``_int_mm`` path);
+    ``pointwise``: a dense 1x1 conv of stride 1 without padding."""
+    dense = dense or pointwise
     spatial = draw(st.integers(1, 3))
     t = draw(st.booleans()) if transposed is None else transposed
     t = t and not dense
@@ -180,6 +183,8 @@ def conv_case(
         draw(st.integers(0, max(s, d) - 1)) if t else 0
         for s, d in zip(stride, dilation, strict=True)
     ]
+    if pointwise:
+        kernel, stride, padding = [1] * spatial, [1] * spatial, [(0, 0)] * spatial
     size = []
     for i in range(spatial):
         low = _min_size(kernel[i], stride[i], padding[i], dilation[i], output_padding[i], t)
@@ -248,6 +253,28 @@ def test_int_mm_path_and_float_path_agree(case: ConvCase, overflow: AccOverflow)
             assert case.run(overflow).tolist() == expected
         filters = case.geometry().out_channels
         assert int16.called == (filters >= fewest)  # any K: int16 has no INT_MM_MIN_K
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=conv_case(pointwise=True, zp_kinds=("zero", "int")), overflow=OVERFLOW)
+def test_a_pointwise_conv_multiplies_its_input_as_it_lies(
+    case: ConvCase, overflow: AccOverflow
+) -> None:
+    """A 1x1 conv of stride 1 without padding: its im2col matrix is the input (no copy), under
+    each kernel that takes the int8 GEMM, in every input layout."""
+    expected = case.golden(overflow)
+    k = case.geometry().gemm[1]
+    for kernel in host_gemm.available_kernels():
+        with (
+            host_gemm.forced(kernel),
+            mock.patch.object(conv, "INT16_MIN_FILTERS", 1),
+            mock.patch.object(conv, "_int8_gemm_conv", wraps=conv._int8_gemm_conv) as gemm,
+            mock.patch.object(conv, "im2col", wraps=conv.im2col) as im2col,
+        ):
+            assert case.run(overflow).tolist() == expected, kernel
+        takes_gemm = kernel == "int16" or (kernel == "int_mm" and k >= host_gemm.INT_MM_MIN_K)
+        assert gemm.called == takes_gemm, kernel
+        assert not im2col.called, kernel
 
 
 @settings(max_examples=80, deadline=None)

@@ -195,6 +195,30 @@ def test_int_mm_keeps_no_copy_of_a_weight_already_row_major_columns() -> None:
     assert kept() is None
 
 
+@KERNELS
+def test_a_dynamic_operand_by_columns_is_read_as_it_lies(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``w_q`` a transposed view of a row-major ``[K, N]`` (a 1x1 conv's input, a sample at a
+    time): the exact product under every kernel, and ``_int_mm`` reads that ``[K, N]`` itself."""
+    gen = torch.Generator().manual_seed(5)
+    columns = torch.randint(-128, 128, (64, 40), dtype=torch.int8, generator=gen)
+    a = torch.randint(-128, 128, (24, 64), dtype=torch.int8, generator=gen)
+    read: list[int] = []
+    int_mm = torch._int_mm
+
+    def spy(x: torch.Tensor, y: torch.Tensor, **kwargs: torch.Tensor) -> torch.Tensor:
+        read.append(y.data_ptr())
+        return int_mm(x, y, **kwargs)
+
+    host_gemm.int_mm_is_exact()  # its probe, once a process, calls _int_mm on operands of its own
+    monkeypatch.setattr(torch, "_int_mm", spy)
+    with host_gemm.forced(name):
+        product = host_gemm.mm_i32(a, columns.t())
+    assert torch.equal(product.long(), a.long() @ columns.long())
+    assert read == ([columns.data_ptr()] if name == "int_mm" else [])
+
+
 def test_int_mm_hands_a_reduction_of_one_to_float32() -> None:
     # torch._int_mm returns uninitialized memory for K = 1 with N >= 2 (oneDNN, torch 2.13).
     a = torch.tensor([[-128], [127]], dtype=torch.int8)
