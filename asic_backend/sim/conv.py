@@ -11,8 +11,8 @@ The accumulator is the numeric contract of :mod:`asic_backend.sim.numerics` appl
 point: ``acc = Σ (x_q − zp)·w_q (+ bias_i32)`` over the window, padding contributing nothing,
 exact, then wrapped or saturated to int32 once. It is computed by the host's int8 GEMM on the
 im2col matrix where that is exact and pays (dense, K ≥ 2, on a host whose GEMM kernel is
-``int_mm``, or ``int16`` for :data:`INT16_MIN_FILTERS` filters or more:
-:mod:`asic_backend.sim.host_gemm`), and otherwise as float convolutions of the integer values,
+``int_mm``, or ``int16`` for a stride-1 or 1x1 conv, or :data:`INT16_MIN_FILTERS` filters or
+more: :mod:`asic_backend.sim.host_gemm`), and otherwise as float convolutions of the integer values,
 which are exact while every partial sum stays an integer below 2^24 (float32, sliced by input
 channels to stay there) or 2^53 (float64): the order of exact integer additions does not
 matter.
@@ -33,7 +33,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from asic_backend.sim import host_gemm, numerics
+from asic_backend.sim import host_gemm, int16_gemm, numerics
 from asic_backend.sim.host_gemm import F32_EXACT
 from asic_backend.sim.numerics import INT_MM_MAX_K, AccOverflow
 from asic_backend.sim.tensor_cache import new_cache, stamp
@@ -402,8 +402,8 @@ def takes_float32(geo: ConvGeometry, a_zp: int | torch.Tensor = 0) -> bool:
     """Whether :func:`conv_i32` computes ``geo`` as float32 convolutions of the int8 values, so
     it takes them as float32 too: the activation zero-point is 0 (nothing to subtract from the
     caller's tensor) and the host does not take it to an int8 GEMM (a grouped or depthwise
-    conv; any conv off the ``int_mm`` kernel, or the ``int16`` one's with fewer than
-    :data:`INT16_MIN_FILTERS` filters: :mod:`asic_backend.sim.host_gemm`). ``a_zp`` is
+    conv; any conv off the ``int_mm`` kernel, or the ``int16`` one's of a stride above 1 with
+    fewer than :data:`INT16_MIN_FILTERS` filters: :mod:`asic_backend.sim.host_gemm`). ``a_zp`` is
     as :func:`conv_i32` takes it (a tensor of equal values counts as that one value)."""
     zp = _sample_zp(a_zp, geo.batch) if isinstance(a_zp, torch.Tensor) else a_zp
     if isinstance(zp, torch.Tensor) or zp != 0 or _takes_int8_gemm(geo):
@@ -450,13 +450,14 @@ def sample_spans(geo: ConvGeometry) -> list[tuple[int, int]]:
     return numerics.spans(geo.batch, samples_per_chunk(geo))
 
 
-#: The fewest filters a dense conv has for the ``int16`` kernel to take its im2col matrix (below,
-#: the float convolution). Each im2col value feeds one multiply-add a filter, and costs two passes
-#: of its own (im2col, the kernel's packing), which the float convolution does not pay. Against
-#: fp32, int16 then float32 (AVX2 code on the AVX-512 VNNI host, one thread, round robin): 64
-#: filters, ResNet's first stage 1.05x and 1.11x, its 7x7 stem 1.13x and 1.12x, a 1x1 conv 1.44x
-#: and 1.68x; 32 filters at 3x3 1.32x and 1.18x, 16 filters 1.56x and 1.33x. From 128 filters
-#: int16 is the faster by more (ResNet's third stage 0.95x, 1.06x).
+#: The fewest filters a dense conv whose im2col matrix is written (a stride above 1, 3-D) has for
+#: the ``int16`` kernel to take it (below, the float convolution): each im2col value feeds one
+#: multiply-add a filter, and costs two passes of its own (im2col, the kernel's packing), which
+#: the float convolution does not pay. Against fp32, int16 then float32 (AVX2 code on the AVX-512
+#: VNNI host, one thread, round robin), stride 2: 128 filters at 3x3 0.99x and 1.21x, 64 filters
+#: at 1x1 1.66x and 1.96x, 32 filters at 3x3 1.50x and 1.41x. A stride-1 conv (1-D, 2-D) packs
+#: from its input instead (:func:`int16_gemm.pack_conv`) and takes int16 whatever its filters:
+#: 4 filters at 3x3 0.82x and 1.50x, 16 filters 0.96x and 1.27x, 64 filters 0.80x and 1.12x.
 INT16_MIN_FILTERS = 64
 
 
@@ -466,7 +467,11 @@ def _takes_int8_gemm(geo: ConvGeometry) -> bool:
     if geo.transposed or geo.groups != 1 or geo.gemm[1] > INT_MM_MAX_K:
         return False
     name = host_gemm.kernel_for(geo.gemm[1])
-    return name == "int_mm" or (name == "int16" and geo.out_channels >= INT16_MIN_FILTERS)
+    if name == "int16":
+        # Where no im2col matrix is written (a 1x1 conv, one int16 packs from its input), at any
+        # number of filters.
+        return _is_pointwise(geo) or _packs_from_input(geo) or geo.out_channels >= INT16_MIN_FILTERS
+    return name == "int_mm"
 
 
 def _shifted(
@@ -606,19 +611,29 @@ def _int8_gemm_conv(
     no transposing pass. The zero-point is folded as :func:`numerics.linear_i32` folds it (the
     padding holds ``zp``, so it cancels there too).
     """
-    rows = _weight_rows(w_q, geo)[0]  # [C_out, K]
     points = math.prod(geo.out_size)
+    acc = torch.empty((geo.batch, geo.out_channels, points), dtype=torch.int32)
     if _is_pointwise(geo):
         # The im2col matrix of a 1x1 conv is the input: a sample's [C, points], read by columns
         # (the copy took 5.7 of a ResNet-50 bottleneck conv's 13.3 ms, one thread).
+        rows = _weight_rows(w_q, geo)[0]  # [C_out, K]
         x_rows = x_q.reshape(geo.batch, geo.in_channels, points)
-        samples = [x_rows[n].t() for n in range(geo.batch)]
+        for n in range(geo.batch):
+            host_gemm.mm_i32(rows, x_rows[n].t(), out=acc[n])
+    elif _packs_from_input(geo) and host_gemm.kernel_for(geo.gemm[1], x_q, w_q) == "int16":
+        # int16 packs each sample's im2col matrix from the padded input, without writing it
+        # (K in the weight's own order): the im2col pass took 2.4 of ResNet's stage-1 conv's
+        # 18 ms (one thread).
+        rows = w_q.reshape(geo.out_channels, -1)
+        x4, kernel, dilation, padding = _as_2d(x_q, geo)
+        padded = int16_gemm.conv_input(x4, padding, zp)
+        for n in range(geo.batch):
+            int16_gemm.mm(rows, int16_gemm.pack_conv(padded[n], kernel, dilation), out=acc[n])
     else:
+        rows = _weight_rows(w_q, geo)[0]  # [C_out, K]
         cols = im2col(x_q, geo, pad_value=zp)[0]  # [N·points, K]
-        samples = [cols[n * points : (n + 1) * points] for n in range(geo.batch)]
-    acc = torch.empty((geo.batch, geo.out_channels, points), dtype=torch.int32)
-    for n, sample in enumerate(samples):
-        host_gemm.mm_i32(rows, sample, out=acc[n])
+        for n in range(geo.batch):
+            host_gemm.mm_i32(rows, cols[n * points : (n + 1) * points], out=acc[n])
     corr = bias_i32.to(torch.int64) if bias_i32 is not None else None
     if zp != 0:
         folded = -zp * rows.sum(dim=1, dtype=torch.int64)
@@ -641,6 +656,23 @@ def _is_pointwise(geo: ConvGeometry) -> bool:
         and all(s == 1 for s in geo.stride)
         and all(lo == hi == 0 for lo, hi in geo.padding)
     )
+
+
+def _packs_from_input(geo: ConvGeometry) -> bool:
+    """A dense 1-D or 2-D conv of stride 1, whose im2col matrix ``int16`` packs from its input
+    (:func:`int16_gemm.pack_conv`): an output row's points read consecutive input bytes."""
+    return geo.spatial in (1, 2) and all(s == 1 for s in geo.stride)
+
+
+def _as_2d(
+    x_q: torch.Tensor, geo: ConvGeometry
+) -> tuple[torch.Tensor, tuple[int, int], tuple[int, int], list[tuple[int, int]]]:
+    """A 1-D or 2-D conv's input, kernel, dilation and padding as a 2-D conv's (a 1-D conv is
+    one of height 1)."""
+    if geo.spatial == 2:
+        (kh, kw), (dh, dw) = geo.kernel, geo.dilation
+        return x_q, (kh, kw), (dh, dw), list(geo.padding)
+    return x_q.unsqueeze(2), (1, geo.kernel[0]), (1, geo.dilation[0]), [(0, 0), geo.padding[0]]
 
 
 def _sample_zp(a_zp: int | torch.Tensor, batch: int) -> int | torch.Tensor:

@@ -114,6 +114,7 @@ class _Native(NamedTuple):
     int16_available: bool
     int16_packed_bytes: Callable[..., Any]
     int16_pack: Callable[..., Any]
+    int16_pack_conv: Callable[..., Any]
     int16_gemm: Callable[..., Any]
     built_with: str
 
@@ -631,6 +632,9 @@ def _load(path: Path, built_with: str) -> _Native:
     pack = lib.asic_int16_pack
     pack.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _INT]
     pack.restype = None
+    pack_conv = lib.asic_int16_pack_conv
+    pack_conv.argtypes = [_P, *[_I64] * 9, _P, _INT]
+    pack_conv.restype = _INT
     gemm = lib.asic_int16_gemm
     gemm.argtypes = [_P, _I64, _I64, _I64, _P, _I64, _P, _I64, _P, _INT]
     gemm.restype = _I64
@@ -643,6 +647,7 @@ def _load(path: Path, built_with: str) -> _Native:
         has_int16,
         packed_bytes,
         pack,
+        pack_conv,
         gemm,
         built_with,
     )

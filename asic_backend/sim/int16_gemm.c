@@ -17,6 +17,7 @@
  * (group, block of rows) pairs.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -121,6 +122,67 @@ void asic_int16_pack(const int8_t *w, int64_t n, int64_t k, int64_t sn, int64_t 
 #endif
         pack_scalar(src, done, k, sn, sk, cols, dst);
     }
+}
+
+#if defined(__AVX2__)
+/* A panel's 16 values of one k: one load where its columns are one run of input bytes, else two
+ * blended (the panel wraps to the next output row at column s; mask: the lanes from s on). */
+static inline __m128i conv_load(const int8_t *at0, const int8_t *at_s, int s, __m128i mask) {
+    __m128i lo = _mm_loadu_si128((const __m128i *)at0);
+    if (s == PANEL) return lo;
+    return _mm_blendv_epi8(lo, _mm_loadu_si128((const __m128i *)(at_s - s)), mask);
+}
+#endif
+
+/* Pack the im2col matrix of one sample of a stride-1 conv, [oh * ow, c * kh * kw] with K in a
+ * weight's own order (channel, kernel row, kernel column), straight from the sample's padded
+ * input xp ([c, hp, wp] int8, contiguous): the matrix itself is never written. Consecutive
+ * output points of a row read consecutive input bytes, so a full panel takes one 16-byte load a
+ * k, or two where it wraps to the next output row once; xp must have 16 readable bytes before
+ * and after it. Other panels (the last, partial one; one over three output rows or more, where
+ * ow < 16) go value by value. Returns 1 if K's offsets could not be allocated, else 0. */
+int asic_int16_pack_conv(const int8_t *xp, int64_t c, int64_t hp, int64_t wp, int64_t kh,
+                         int64_t kw, int64_t dh, int64_t dw, int64_t oh, int64_t ow, int8_t *out,
+                         int threads) {
+    int64_t n = oh * ow, k = c * kh * kw, kp = even(k), panels = (n + PANEL - 1) / PANEL;
+    int64_t *off = malloc((size_t)(k > 0 ? k : 1) * sizeof(int64_t));
+    if (off == NULL) return 1;
+    for (int64_t kk = 0; kk < k; kk++) /* each k's offset from its output point's input byte */
+        off[kk] = kk / (kh * kw) * hp * wp + kk / kw % kh * dh * wp + kk % kw * dw;
+#pragma omp parallel for num_threads(threads) if (threads > 1)
+    for (int64_t p = 0; p < panels; p++) {
+        int8_t *dst = out + p * kp * PANEL;
+        int64_t first = p * PANEL, cols = n - first < PANEL ? n - first : PANEL;
+        int64_t at[PANEL]; /* each column's point: its input byte for k = 0 */
+        for (int64_t j = 0; j < cols; j++) at[j] = (first + j) / ow * wp + (first + j) % ow;
+        int s = (int)cols, runs = 1; /* runs of consecutive bytes; the second starts at s */
+        for (int j = 1; j < cols; j++)
+            if (at[j] != at[j - 1] + 1 && runs++ == 1) s = j;
+        if (cols < PANEL || k % 2) /* the zeros: missing columns, an odd K's last half pair */
+            memset(dst, 0, (size_t)(kp * PANEL));
+#if defined(__AVX2__)
+        if (cols == PANEL && runs <= 2) {
+            const int8_t *x0 = xp + at[0], *xs = xp + at[s == PANEL ? 0 : s];
+            __m128i mask = _mm_cmpgt_epi8(
+                _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                _mm_set1_epi8((char)(s - 1)));
+            for (int64_t q = 0; q < kp / 2; q++) {
+                __m128i r0 = conv_load(x0 + off[2 * q], xs + off[2 * q], s, mask);
+                __m128i r1 = 2 * q + 1 < k ? conv_load(x0 + off[2 * q + 1], xs + off[2 * q + 1], s, mask)
+                                           : _mm_setzero_si128();
+                _mm_storeu_si128((__m128i *)(dst + q * 2 * PANEL), _mm_unpacklo_epi8(r0, r1));
+                _mm_storeu_si128((__m128i *)(dst + q * 2 * PANEL + 16), _mm_unpackhi_epi8(r0, r1));
+            }
+            continue;
+        }
+#endif
+        for (int64_t j = 0; j < cols; j++) {
+            int8_t *d = dst + (j / 8) * 16 + (j % 8) * 2;
+            for (int64_t kk = 0; kk < k; kk++) d[(kk >> 1) * 2 * PANEL + (kk & 1)] = xp[at[j] + off[kk]];
+        }
+    }
+    free(off);
+    return 0;
 }
 
 #if defined(__AVX2__)

@@ -29,14 +29,16 @@ import torch
 from asic_backend.sim import host_passes
 from asic_backend.sim.host import operand
 
-__all__ = ["Packed", "available", "mm", "pack", "unavailable_reason"]
+__all__ = ["Packed", "available", "conv_input", "mm", "pack", "pack_conv", "unavailable_reason"]
 
 #: From this much work on (multiply-adds, or values packed), a call shares it among torch's
 #: threads.
 PARALLEL_MIN_MACS = 1 << 18
 #: :func:`asic_backend.sim.host.operand`'s slots: the widened activations, and an operand packed
-#: for one call (:func:`pack` with ``reuse``).
+#: for one call (:func:`pack` with ``reuse``, :func:`pack_conv`).
 _A16_SLOT, _PACK_SLOT = 2, 3
+#: Readable bytes :func:`pack_conv` needs before and after a padded input (it reads 16 at a time).
+MARGIN = 16
 
 
 class Packed(NamedTuple):
@@ -95,6 +97,52 @@ def pack(w_q: torch.Tensor, *, reuse: bool = False) -> Packed:
         lib.int16_pack(
             w_q.data_ptr(), n, k, w_q.stride(0), w_q.stride(1), data.data_ptr(), _threads(n * k)
         )
+    return Packed(data, n, k)
+
+
+def conv_input(x_q: torch.Tensor, padding: list[tuple[int, int]], value: int) -> torch.Tensor:
+    """The int8 ``x_q [N, C, H, W]`` padded with ``value`` (``padding``: (before, after) for H
+    and W), contiguous, with :data:`MARGIN` bytes on either side: what :func:`pack_conv` reads."""
+    n, c, h, w = x_q.shape
+    (top, bottom), (left, right) = padding
+    hp, wp = h + top + bottom, w + left + right
+    buffer = torch.full((n * c * hp * wp + 2 * MARGIN,), value, dtype=torch.int8)
+    padded = buffer[MARGIN : MARGIN + n * c * hp * wp].view(n, c, hp, wp)
+    padded[:, :, top : top + h, left : left + w] = x_q
+    return padded
+
+
+def pack_conv(plane: torch.Tensor, kernel: tuple[int, int], dilation: tuple[int, int]) -> Packed:
+    """The im2col matrix ``[OH·OW, C·KH·KW]`` of one sample of a stride-1 2-D conv (K in a
+    weight's own order: channel, kernel row, kernel column), packed straight from the sample's
+    padded input ``plane`` (int8 ``[C, Hp, Wp]`` of :func:`conv_input`): the matrix is never
+    written. Into this thread's reused buffer, as :func:`pack` with ``reuse``."""
+    lib = _library()
+    if plane.dtype != torch.int8 or plane.dim() != 3 or not plane.is_contiguous():
+        raise ValueError(
+            f"asic: the int16 conv packing takes a contiguous 3-D int8 input, got {plane.dtype} "
+            f"{list(plane.shape)}"
+        )
+    start = plane.storage_offset()
+    if start < MARGIN or plane.untyped_storage().nbytes() < start + plane.numel() + MARGIN:
+        raise ValueError(
+            f"asic: the int16 conv packing reads {MARGIN} bytes on either side of its input: "
+            "pad it with int16_gemm.conv_input"
+        )
+    c, hp, wp = plane.shape
+    (kh, kw), (dh, dw) = kernel, dilation
+    oh, ow = hp - dh * (kh - 1), wp - dw * (kw - 1)
+    if min(kh, kw, dh, dw) < 1 or oh < 1 or ow < 1:
+        raise ValueError(
+            f"asic: a {kh}x{kw} kernel of dilation {dh}x{dw} does not fit a {hp}x{wp} input"
+        )
+    n, k = oh * ow, c * kh * kw
+    data = operand((int(lib.int16_packed_bytes(n, k)),), torch.int8, _PACK_SLOT)
+    failed = lib.int16_pack_conv(
+        plane.data_ptr(), c, hp, wp, kh, kw, dh, dw, oh, ow, data.data_ptr(), _threads(n * k)
+    )
+    if failed:
+        raise MemoryError(f"asic: the int16 conv packing could not allocate {k} offsets")
     return Packed(data, n, k)
 
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from asic_backend.sim import conv, host_gemm, numerics
+from asic_backend.sim import conv, host_gemm, int16_gemm, numerics
 from asic_backend.sim import device as devices
 from asic_backend.sim.config import AsicConfig
 from asic_backend.sim.conv import ConvGeometry, conv_i32, im2col
@@ -243,7 +243,11 @@ def test_int_mm_path_and_float_path_agree(case: ConvCase, overflow: AccOverflow)
     assert not int_mm.called
     if "int16" not in host_gemm.available_kernels():
         return
-    # int16 takes the int8 GEMM from INT16_MIN_FILTERS filters on: these few, once it is 1.
+    # int16 takes the int8 GEMM where it writes no im2col matrix (stride 1 in 1-D or 2-D, or a
+    # 1x1 conv), else from INT16_MIN_FILTERS filters on: these few, once it is 1.
+    geo = case.geometry()
+    pointwise = all(k == 1 for k in geo.kernel) and not any(sum(p) for p in geo.padding)
+    unwritten = (geo.spatial <= 2 or pointwise) and all(s == 1 for s in geo.stride)
     for fewest in (conv.INT16_MIN_FILTERS, 1):
         with (
             host_gemm.forced("int16"),
@@ -251,8 +255,38 @@ def test_int_mm_path_and_float_path_agree(case: ConvCase, overflow: AccOverflow)
             mock.patch.object(conv, "_int8_gemm_conv", wraps=conv._int8_gemm_conv) as int16,
         ):
             assert case.run(overflow).tolist() == expected
-        filters = case.geometry().out_channels
-        assert int16.called == (filters >= fewest)  # any K: int16 has no INT_MM_MIN_K
+        # any K: int16 has no INT_MM_MIN_K
+        assert int16.called == (unwritten or geo.out_channels >= fewest)
+
+
+@pytest.mark.skipif(not int16_gemm.available(), reason="no int16 kernel on this host")
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "padding", "dilation"),
+    [
+        ((2, 3, 5, 20), (4, 3, 3, 3), 1, 1),  # rows of 20 points: panels wrap once
+        ((2, 5, 37), (3, 5, 3), 2, 2),  # 1-D, as Whisper's conv
+    ],
+    ids=["2d", "1d"],
+)
+def test_int16_packs_a_stride_1_convs_input_without_an_im2col_matrix(
+    x_shape: tuple[int, ...], w_shape: tuple[int, ...], padding: int, dilation: int
+) -> None:
+    gen = torch.Generator().manual_seed(len(x_shape))
+    x = torch.randint(-128, 128, x_shape, dtype=torch.int8, generator=gen)
+    w = torch.randint(-128, 128, w_shape, dtype=torch.int8, generator=gen)
+    geo = ConvGeometry.of(x_shape, w_shape, stride=1, padding=padding, dilation=dilation, groups=1)
+    fp64 = {3: F.conv1d, 4: F.conv2d}[len(x_shape)]
+    expected = fp64((x.double() - 9), w.double(), padding=padding, dilation=dilation)
+    with (
+        host_gemm.forced("int16"),
+        mock.patch.object(conv, "INT16_MIN_FILTERS", 1),
+        mock.patch.object(int16_gemm, "pack_conv", wraps=int16_gemm.pack_conv) as pack_conv,
+        mock.patch.object(conv, "im2col", wraps=conv.im2col) as im2col,
+    ):
+        got = conv.conv_i32(x, w, geo, a_zp=9)
+    assert torch.equal(got.double(), expected)
+    assert pack_conv.call_count == x_shape[0]
+    assert not im2col.called
 
 
 @settings(max_examples=40, deadline=None)

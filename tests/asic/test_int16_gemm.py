@@ -176,6 +176,69 @@ def test_every_layout_packs_to_the_same_bytes(n: int, k: int) -> None:
     assert torch.equal(packed[0], packed[2])
 
 
+@pytest.mark.parametrize(
+    ("c", "size", "kernel", "dilation", "padding"),
+    [
+        # Output rows of 32 points: every panel one run of input bytes.
+        (4, (6, 34), (3, 3), (1, 1), [(0, 0), (0, 0)]),
+        # Rows of 20: panels wrap to the next row once (two runs); the last one is partial.
+        (3, (9, 18), (3, 3), (1, 1), [(1, 1), (1, 1)]),
+        # Rows of 5: a panel over four rows, value by value; an odd K (3 · 1 · 3), dilation 2.
+        (3, (7, 9), (1, 3), (1, 2), [(2, 0), (0, 1)]),
+        # A 1-D conv, as one of height 1 (Whisper's): a single output row of 40 points.
+        (5, (1, 40), (1, 3), (1, 1), [(0, 0), (1, 1)]),
+    ],
+    ids=["one-run", "two-runs", "many-runs", "1d"],
+)
+def test_a_conv_input_packs_as_its_im2col_matrix(
+    c: int,
+    size: tuple[int, int],
+    kernel: tuple[int, int],
+    dilation: tuple[int, int],
+    padding: list[tuple[int, int]],
+) -> None:
+    """``pack_conv`` of a padded input gives the bytes ``pack`` gives for the im2col matrix
+    (``F.unfold``'s, K in the weight's order), padding value included, for every sample."""
+    gen = torch.Generator().manual_seed(c)
+    x = torch.randint(-128, 128, (2, c, *size), dtype=torch.int8, generator=gen)
+    padded = int16_gemm.conv_input(x, padding, value=-7)
+    cols = torch.nn.functional.unfold(padded.float(), kernel, dilation=dilation)
+    for n in range(2):
+        matrix = cols[n].t().to(torch.int8)  # [points, C·KH·KW]
+        got = int16_gemm.pack_conv(padded[n], kernel, dilation)
+        assert (got.n, got.k) == tuple(matrix.shape)
+        assert torch.equal(got.data, int16_gemm.pack(matrix).data)
+
+
+def test_a_conv_packing_shared_between_two_threads_is_the_same() -> None:
+    """Past the size where the packing is shared (panels split between the threads)."""
+    x = torch.randint(-128, 128, (1, 32, 38, 38), dtype=torch.int8)
+    padded = int16_gemm.conv_input(x, [(1, 1), (1, 1)], value=3)
+    assert int16_gemm.PARALLEL_MIN_MACS <= 38 * 38 * 32 * 9  # values packed: shared
+    before = torch.get_num_threads()
+    packed = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            packed.append(int16_gemm.pack_conv(padded[0], (3, 3), (1, 1)).data.clone())
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(packed[0], packed[1])
+    cols = torch.nn.functional.unfold(padded.float(), (3, 3))[0].t().to(torch.int8)
+    assert torch.equal(packed[0], int16_gemm.pack(cols).data)
+
+
+def test_a_conv_packing_needs_its_margins_and_a_fitting_kernel() -> None:
+    x = torch.zeros((1, 2, 4, 4), dtype=torch.int8)
+    with pytest.raises(ValueError, match="reads 16 bytes on either side of its input"):
+        int16_gemm.pack_conv(x[0], (3, 3), (1, 1))
+    padded = int16_gemm.conv_input(x, [(0, 0), (0, 0)], value=0)
+    with pytest.raises(ValueError, match="a 5x3 kernel of dilation 1x1 does not fit a 4x4 input"):
+        int16_gemm.pack_conv(padded[0], (5, 3), (1, 1))
+    with pytest.raises(ValueError, match="takes a contiguous 3-D int8 input"):
+        int16_gemm.pack_conv(padded[0].float(), (3, 3), (1, 1))
+
+
 def test_a_packing_for_one_call_reuses_a_buffer_below_the_cap(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
