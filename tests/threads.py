@@ -24,11 +24,19 @@ def per_worker(cpus: int, workers: int) -> int:
     return max(1, cpus // workers)
 
 
+def cpus() -> int:
+    """The CPUs this process may run on."""
+    if hasattr(os, "sched_getaffinity"):  # Linux
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def share(config: pytest.Config) -> None:
     """Set :data:`VARIABLE` for the workers of an xdist run: call from the controller's
     ``pytest_configure`` (xdist starts its workers at the session's start, after it)."""
-    workers = config.getoption("numprocesses", None)  # an int by now: xdist resolves "auto"
-    if hasattr(config, "workerinput") or VARIABLE in os.environ or not isinstance(workers, int):
+    # The workers xdist will start: its pytest_cmdline_main has made -n (auto too) and
+    # --maxprocesses into one gateway each.
+    workers = len(config.getoption("tx", None) or [])
+    if hasattr(config, "workerinput") or VARIABLE in os.environ or not workers:
         return
-    if workers > 0:
-        os.environ[VARIABLE] = str(per_worker(len(os.sched_getaffinity(0)), workers))
+    os.environ[VARIABLE] = str(per_worker(cpus(), workers))

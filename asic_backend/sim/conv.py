@@ -11,11 +11,11 @@ The accumulator is the numeric contract of :mod:`asic_backend.sim.numerics` appl
 point: ``acc = Σ (x_q − zp)·w_q (+ bias_i32)`` over the window, padding contributing nothing,
 exact, then wrapped or saturated to int32 once. It is computed by the host's int8 GEMM on the
 im2col matrix where that is exact and pays (dense, K ≥ 2, on a host whose GEMM kernel is
-``int_mm``, or ``int16`` for a stride-1 or 1x1 conv, or :data:`INT16_MIN_FILTERS` filters or
-more: :mod:`asic_backend.sim.host_gemm`), and otherwise as float convolutions of the integer values,
-which are exact while every partial sum stays an integer below 2^24 (float32, sliced by input
-channels to stay there) or 2^53 (float64): the order of exact integer additions does not
-matter.
+``int_mm``, or ``int16`` for a 1-D or 2-D conv of a row stride of 1 or 2, a 1x1 conv, or
+:data:`INT16_MIN_FILTERS` filters or more: :mod:`asic_backend.sim.host_gemm`), and otherwise
+as float convolutions of the integer values, which are exact while every partial sum stays an
+integer below 2^24 (float32, sliced by input channels to stay there) or 2^53 (float64): the
+order of exact integer additions does not matter.
 
 >>> geo = ConvGeometry.of((2, 3, 8, 8), (4, 3, 3, 3), stride=1, padding=1, dilation=1, groups=1)
 >>> geo.out_shape, geo.gemm           # (M, K, N) per group
@@ -402,9 +402,10 @@ def takes_float32(geo: ConvGeometry, a_zp: int | torch.Tensor = 0) -> bool:
     """Whether :func:`conv_i32` computes ``geo`` as float32 convolutions of the int8 values, so
     it takes them as float32 too: the activation zero-point is 0 (nothing to subtract from the
     caller's tensor) and the host does not take it to an int8 GEMM (a grouped or depthwise
-    conv; any conv off the ``int_mm`` kernel, or the ``int16`` one's of a stride above 1 with
-    fewer than :data:`INT16_MIN_FILTERS` filters: :mod:`asic_backend.sim.host_gemm`). ``a_zp`` is
-    as :func:`conv_i32` takes it (a tensor of equal values counts as that one value)."""
+    conv; any conv off the ``int_mm`` kernel, or the ``int16`` one's that writes its im2col
+    matrix with fewer than :data:`INT16_MIN_FILTERS` filters: :mod:`asic_backend.sim.host_gemm`).
+    ``a_zp`` is as :func:`conv_i32` takes it (a tensor of equal values counts as that one
+    value)."""
     zp = _sample_zp(a_zp, geo.batch) if isinstance(a_zp, torch.Tensor) else a_zp
     if isinstance(zp, torch.Tensor) or zp != 0 or _takes_int8_gemm(geo):
         return False
@@ -450,15 +451,17 @@ def sample_spans(geo: ConvGeometry) -> list[tuple[int, int]]:
     return numerics.spans(geo.batch, samples_per_chunk(geo))
 
 
-#: The fewest filters a dense conv whose im2col matrix is written (a stride above 1, 3-D) has for
-#: the ``int16`` kernel to take it (below, the float convolution): each im2col value feeds one
-#: multiply-add a filter, and costs two passes of its own (im2col, the kernel's packing), which
-#: the float convolution does not pay. Against fp32, int16 then float32 (AVX2 code on the AVX-512
-#: VNNI host, one thread, round robin), stride 2: 128 filters at 3x3 0.99x and 1.21x, 64 filters
-#: at 1x1 1.66x and 1.96x, 32 filters at 3x3 1.50x and 1.41x. A stride-1 conv (1-D, 2-D) packs
-#: from its input instead (:func:`int16_gemm.pack_conv`) and takes int16 whatever its filters:
-#: 4 filters at 3x3 0.82x and 1.50x, 16 filters 0.96x and 1.27x, 64 filters 0.80x and 1.12x.
-INT16_MIN_FILTERS = 64
+#: The fewest filters a dense conv whose im2col matrix is written (3-D, or a row stride above 2)
+#: has for the ``int16`` kernel to take it (below, the float convolution): each im2col value feeds
+#: one multiply-add a filter, and costs two passes of its own (im2col, the kernel's packing),
+#: which the float convolution does not pay. Against fp32, int16 then float32 (AVX2 code on the
+#: AVX-512 VNNI host, one thread, round robin): a 4x4 conv of stride 4 from 3 channels (K = 48)
+#: with 96 filters 1.57x and 1.36x, with 192 filters 1.02x and 1.12x; ViT's 16x16 patches (768
+#: filters) 0.89x and 1.07x; a 3x3 conv of stride 3 with 256 filters 0.83x and 1.17x. A conv of
+#: a row stride of 1 or 2 (1-D, 2-D) packs from its input instead (:func:`int16_gemm.pack_conv`)
+#: and takes int16 whatever its filters: at 3x3, stride 1, 4 filters 0.82x and 1.50x, 64 filters
+#: 0.80x and 1.12x; stride 2, 32 filters 1.19x and 1.36x, 128 filters 0.82x and 1.18x.
+INT16_MIN_FILTERS = 128
 
 
 def _takes_int8_gemm(geo: ConvGeometry) -> bool:
@@ -623,12 +626,13 @@ def _int8_gemm_conv(
     elif _packs_from_input(geo) and host_gemm.kernel_for(geo.gemm[1], x_q, w_q) == "int16":
         # int16 packs each sample's im2col matrix from the padded input, without writing it
         # (K in the weight's own order): the im2col pass took 2.4 of ResNet's stage-1 conv's
-        # 18 ms (one thread).
+        # 18 ms, and now its whole conv takes 14 (one thread).
         rows = w_q.reshape(geo.out_channels, -1)
-        x4, kernel, dilation, padding = _as_2d(x_q, geo)
+        x4, padding = _as_2d(x_q, geo)
         padded = int16_gemm.conv_input(x4, padding, zp)
+        shape = _pair(geo.kernel), _pair(geo.stride), _pair(geo.dilation)
         for n in range(geo.batch):
-            int16_gemm.mm(rows, int16_gemm.pack_conv(padded[n], kernel, dilation), out=acc[n])
+            int16_gemm.mm(rows, int16_gemm.pack_conv(padded[n], *shape), out=acc[n])
     else:
         rows = _weight_rows(w_q, geo)[0]  # [C_out, K]
         cols = im2col(x_q, geo, pad_value=zp)[0]  # [N·points, K]
@@ -659,20 +663,21 @@ def _is_pointwise(geo: ConvGeometry) -> bool:
 
 
 def _packs_from_input(geo: ConvGeometry) -> bool:
-    """A dense 1-D or 2-D conv of stride 1, whose im2col matrix ``int16`` packs from its input
-    (:func:`int16_gemm.pack_conv`): an output row's points read consecutive input bytes."""
-    return geo.spatial in (1, 2) and all(s == 1 for s in geo.stride)
+    """A dense 1-D or 2-D conv whose im2col matrix ``int16`` packs from its input
+    (:func:`int16_gemm.pack_conv`): one whose output rows read input bytes 1 or 2 apart."""
+    return geo.spatial in (1, 2) and geo.stride[-1] in (1, 2)
 
 
-def _as_2d(
-    x_q: torch.Tensor, geo: ConvGeometry
-) -> tuple[torch.Tensor, tuple[int, int], tuple[int, int], list[tuple[int, int]]]:
-    """A 1-D or 2-D conv's input, kernel, dilation and padding as a 2-D conv's (a 1-D conv is
-    one of height 1)."""
+def _as_2d(x_q: torch.Tensor, geo: ConvGeometry) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+    """A 1-D or 2-D conv's input and padding as a 2-D conv's (a 1-D conv is one of height 1)."""
     if geo.spatial == 2:
-        (kh, kw), (dh, dw) = geo.kernel, geo.dilation
-        return x_q, (kh, kw), (dh, dw), list(geo.padding)
-    return x_q.unsqueeze(2), (1, geo.kernel[0]), (1, geo.dilation[0]), [(0, 0), geo.padding[0]]
+        return x_q, list(geo.padding)
+    return x_q.unsqueeze(2), [(0, 0), geo.padding[0]]
+
+
+def _pair(values: Sequence[int]) -> tuple[int, int]:
+    """A 1-D or 2-D conv's per-dimension values as a 2-D conv's (1 for a 1-D conv's height)."""
+    return (values[0], values[1]) if len(values) == 2 else (1, values[0])
 
 
 def _sample_zp(a_zp: int | torch.Tensor, batch: int) -> int | torch.Tensor:

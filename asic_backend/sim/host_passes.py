@@ -633,7 +633,7 @@ def _load(path: Path, built_with: str) -> _Native:
     pack.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _INT]
     pack.restype = None
     pack_conv = lib.asic_int16_pack_conv
-    pack_conv.argtypes = [_P, *[_I64] * 9, _P, _INT]
+    pack_conv.argtypes = [_P, *[_I64] * 11, _P, _INT]
     pack_conv.restype = _INT
     gemm = lib.asic_int16_gemm
     gemm.argtypes = [_P, _I64, _I64, _I64, _P, _I64, _P, _I64, _P, _INT]

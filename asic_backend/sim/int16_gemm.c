@@ -125,25 +125,36 @@ void asic_int16_pack(const int8_t *w, int64_t n, int64_t k, int64_t sn, int64_t 
 }
 
 #if defined(__AVX2__)
-/* A panel's 16 values of one k: one load where its columns are one run of input bytes, else two
- * blended (the panel wraps to the next output row at column s; mask: the lanes from s on). */
-static inline __m128i conv_load(const int8_t *at0, const int8_t *at_s, int s, __m128i mask) {
-    __m128i lo = _mm_loadu_si128((const __m128i *)at0);
+/* 16 values sw bytes apart from p (sw 1 or 2): one load, or two and their even bytes. */
+static inline __m128i strided16(const int8_t *p, int64_t sw) {
+    __m128i a = _mm_loadu_si128((const __m128i *)p);
+    if (sw == 1) return a;
+    const __m128i even = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1);
+    __m128i b = _mm_loadu_si128((const __m128i *)(p + 16));
+    return _mm_unpacklo_epi64(_mm_shuffle_epi8(a, even), _mm_shuffle_epi8(b, even));
+}
+
+/* A panel's 16 values of one k: one run of input bytes, or two blended where the panel wraps to
+ * the next output row at column s (mask: the lanes from s on). */
+static inline __m128i conv_load(const int8_t *at0, const int8_t *at_s, int s, int64_t sw,
+                                __m128i mask) {
+    __m128i lo = strided16(at0, sw);
     if (s == PANEL) return lo;
-    return _mm_blendv_epi8(lo, _mm_loadu_si128((const __m128i *)(at_s - s)), mask);
+    return _mm_blendv_epi8(lo, strided16(at_s - s * sw, sw), mask);
 }
 #endif
 
-/* Pack the im2col matrix of one sample of a stride-1 conv, [oh * ow, c * kh * kw] with K in a
- * weight's own order (channel, kernel row, kernel column), straight from the sample's padded
- * input xp ([c, hp, wp] int8, contiguous): the matrix itself is never written. Consecutive
- * output points of a row read consecutive input bytes, so a full panel takes one 16-byte load a
- * k, or two where it wraps to the next output row once; xp must have 16 readable bytes before
- * and after it. Other panels (the last, partial one; one over three output rows or more, where
- * ow < 16) go value by value. Returns 1 if K's offsets could not be allocated, else 0. */
+/* Pack the im2col matrix of one sample of a conv of stride (sh, sw), [oh * ow, c * kh * kw]
+ * with K in a weight's own order (channel, kernel row, kernel column), straight from the
+ * sample's padded input xp ([c, hp, wp] int8, contiguous): the matrix itself is never written.
+ * Consecutive output points of a row read input bytes sw apart, so for sw 1 or 2 a full panel
+ * takes one strided 16-value load a k, or two where it wraps to the next output row once; xp
+ * must have 32 readable bytes before and after it. Other panels (the last, partial one; one over
+ * three output rows or more, where ow < 16; any other sw) go value by value. Returns 1 if K's
+ * offsets could not be allocated, else 0. */
 int asic_int16_pack_conv(const int8_t *xp, int64_t c, int64_t hp, int64_t wp, int64_t kh,
-                         int64_t kw, int64_t dh, int64_t dw, int64_t oh, int64_t ow, int8_t *out,
-                         int threads) {
+                         int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t oh,
+                         int64_t ow, int8_t *out, int threads) {
     int64_t n = oh * ow, k = c * kh * kw, kp = even(k), panels = (n + PANEL - 1) / PANEL;
     int64_t *off = malloc((size_t)(k > 0 ? k : 1) * sizeof(int64_t));
     if (off == NULL) return 1;
@@ -154,22 +165,27 @@ int asic_int16_pack_conv(const int8_t *xp, int64_t c, int64_t hp, int64_t wp, in
         int8_t *dst = out + p * kp * PANEL;
         int64_t first = p * PANEL, cols = n - first < PANEL ? n - first : PANEL;
         int64_t at[PANEL]; /* each column's point: its input byte for k = 0 */
-        for (int64_t j = 0; j < cols; j++) at[j] = (first + j) / ow * wp + (first + j) % ow;
-        int s = (int)cols, runs = 1; /* runs of consecutive bytes; the second starts at s */
+        for (int64_t j = 0; j < cols; j++)
+            at[j] = (first + j) / ow * sh * wp + (first + j) % ow * sw;
+        int s = (int)cols, runs = 1; /* runs of points sw bytes apart; the second starts at s */
         for (int j = 1; j < cols; j++)
-            if (at[j] != at[j - 1] + 1 && runs++ == 1) s = j;
+            if (at[j] != at[j - 1] + sw && runs++ == 1) s = j;
+        (void)s; /* the vector path's; a build without AVX2 has none */
         if (cols < PANEL || k % 2) /* the zeros: missing columns, an odd K's last half pair */
             memset(dst, 0, (size_t)(kp * PANEL));
 #if defined(__AVX2__)
-        if (cols == PANEL && runs <= 2) {
+        if (cols == PANEL && runs <= 2 && (sw == 1 || sw == 2)) {
             const int8_t *x0 = xp + at[0], *xs = xp + at[s == PANEL ? 0 : s];
             __m128i mask = _mm_cmpgt_epi8(
                 _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                 _mm_set1_epi8((char)(s - 1)));
             for (int64_t q = 0; q < kp / 2; q++) {
-                __m128i r0 = conv_load(x0 + off[2 * q], xs + off[2 * q], s, mask);
-                __m128i r1 = 2 * q + 1 < k ? conv_load(x0 + off[2 * q + 1], xs + off[2 * q + 1], s, mask)
-                                           : _mm_setzero_si128();
+                int64_t k0 = off[2 * q];
+                __m128i r0 = conv_load(x0 + k0, xs + k0, s, sw, mask), r1 = _mm_setzero_si128();
+                if (2 * q + 1 < k) {
+                    int64_t k1 = off[2 * q + 1];
+                    r1 = conv_load(x0 + k1, xs + k1, s, sw, mask);
+                }
                 _mm_storeu_si128((__m128i *)(dst + q * 2 * PANEL), _mm_unpacklo_epi8(r0, r1));
                 _mm_storeu_si128((__m128i *)(dst + q * 2 * PANEL + 16), _mm_unpackhi_epi8(r0, r1));
             }
@@ -178,7 +194,8 @@ int asic_int16_pack_conv(const int8_t *xp, int64_t c, int64_t hp, int64_t wp, in
 #endif
         for (int64_t j = 0; j < cols; j++) {
             int8_t *d = dst + (j / 8) * 16 + (j % 8) * 2;
-            for (int64_t kk = 0; kk < k; kk++) d[(kk >> 1) * 2 * PANEL + (kk & 1)] = xp[at[j] + off[kk]];
+            for (int64_t kk = 0; kk < k; kk++)
+                d[(kk >> 1) * 2 * PANEL + (kk & 1)] = xp[at[j] + off[kk]];
         }
     }
     free(off);

@@ -37,8 +37,8 @@ PARALLEL_MIN_MACS = 1 << 18
 #: :func:`asic_backend.sim.host.operand`'s slots: the widened activations, and an operand packed
 #: for one call (:func:`pack` with ``reuse``, :func:`pack_conv`).
 _A16_SLOT, _PACK_SLOT = 2, 3
-#: Readable bytes :func:`pack_conv` needs before and after a padded input (it reads 16 at a time).
-MARGIN = 16
+#: Readable bytes :func:`pack_conv` needs before and after a padded input (it reads 32 at a time).
+MARGIN = 32
 
 
 class Packed(NamedTuple):
@@ -112,34 +112,59 @@ def conv_input(x_q: torch.Tensor, padding: list[tuple[int, int]], value: int) ->
     return padded
 
 
-def pack_conv(plane: torch.Tensor, kernel: tuple[int, int], dilation: tuple[int, int]) -> Packed:
-    """The im2col matrix ``[OH·OW, C·KH·KW]`` of one sample of a stride-1 2-D conv (K in a
-    weight's own order: channel, kernel row, kernel column), packed straight from the sample's
-    padded input ``plane`` (int8 ``[C, Hp, Wp]`` of :func:`conv_input`): the matrix is never
-    written. Into this thread's reused buffer, as :func:`pack` with ``reuse``."""
+def pack_conv(
+    plane: torch.Tensor,
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    dilation: tuple[int, int],
+) -> Packed:
+    """The im2col matrix ``[OH·OW, C·KH·KW]`` of one sample of a 2-D conv (K in a weight's own
+    order: channel, kernel row, kernel column), packed straight from the sample's padded input
+    ``plane`` (int8 ``[C, Hp, Wp]`` of :func:`conv_input`): the matrix is never written (a row
+    stride of 1 or 2 takes the vector path). Into this thread's reused buffer, as :func:`pack`
+    with ``reuse``."""
     lib = _library()
     if plane.dtype != torch.int8 or plane.dim() != 3 or not plane.is_contiguous():
+        layout = "" if plane.is_contiguous() else "non-contiguous "
         raise ValueError(
-            f"asic: the int16 conv packing takes a contiguous 3-D int8 input, got {plane.dtype} "
-            f"{list(plane.shape)}"
+            f"asic: the int16 conv packing takes a contiguous 3-D int8 input, got {layout}"
+            f"{plane.dtype} {list(plane.shape)}"
         )
     start = plane.storage_offset()
-    if start < MARGIN or plane.untyped_storage().nbytes() < start + plane.numel() + MARGIN:
+    if plane.numel() and (
+        start < MARGIN or plane.untyped_storage().nbytes() < start + plane.numel() + MARGIN
+    ):
         raise ValueError(
             f"asic: the int16 conv packing reads {MARGIN} bytes on either side of its input: "
             "pad it with int16_gemm.conv_input"
         )
     c, hp, wp = plane.shape
-    (kh, kw), (dh, dw) = kernel, dilation
-    oh, ow = hp - dh * (kh - 1), wp - dw * (kw - 1)
-    if min(kh, kw, dh, dw) < 1 or oh < 1 or ow < 1:
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+    if min(kh, kw, sh, sw, dh, dw) < 1 or hp < dh * (kh - 1) + 1 or wp < dw * (kw - 1) + 1:
         raise ValueError(
-            f"asic: a {kh}x{kw} kernel of dilation {dh}x{dw} does not fit a {hp}x{wp} input"
+            f"asic: a {kh}x{kw} kernel of dilation {dh}x{dw} and stride {sh}x{sw} does not fit "
+            f"a {hp}x{wp} input"
         )
+    oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wp - dw * (kw - 1) - 1) // sw + 1
     n, k = oh * ow, c * kh * kw
     data = operand((int(lib.int16_packed_bytes(n, k)),), torch.int8, _PACK_SLOT)
+    if not k:  # no channels: an empty sum, whose GEMM writes zeros
+        return Packed(data, n, k)
     failed = lib.int16_pack_conv(
-        plane.data_ptr(), c, hp, wp, kh, kw, dh, dw, oh, ow, data.data_ptr(), _threads(n * k)
+        plane.data_ptr(),
+        c,
+        hp,
+        wp,
+        kh,
+        kw,
+        sh,
+        sw,
+        dh,
+        dw,
+        oh,
+        ow,
+        data.data_ptr(),
+        _threads(n * k),
     )
     if failed:
         raise MemoryError(f"asic: the int16 conv packing could not allocate {k} offsets")

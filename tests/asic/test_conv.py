@@ -243,11 +243,14 @@ def test_int_mm_path_and_float_path_agree(case: ConvCase, overflow: AccOverflow)
     assert not int_mm.called
     if "int16" not in host_gemm.available_kernels():
         return
-    # int16 takes the int8 GEMM where it writes no im2col matrix (stride 1 in 1-D or 2-D, or a
-    # 1x1 conv), else from INT16_MIN_FILTERS filters on: these few, once it is 1.
+    # int16 takes the int8 GEMM where it writes no im2col matrix (1-D or 2-D of a row stride of
+    # 1 or 2, or a 1x1 conv of stride 1), else from INT16_MIN_FILTERS filters on: these few,
+    # once it is 1.
     geo = case.geometry()
     pointwise = all(k == 1 for k in geo.kernel) and not any(sum(p) for p in geo.padding)
-    unwritten = (geo.spatial <= 2 or pointwise) and all(s == 1 for s in geo.stride)
+    unwritten = (geo.spatial <= 2 and geo.stride[-1] <= 2) or (
+        pointwise and all(s == 1 for s in geo.stride)
+    )
     for fewest in (conv.INT16_MIN_FILTERS, 1):
         with (
             host_gemm.forced("int16"),
@@ -261,22 +264,26 @@ def test_int_mm_path_and_float_path_agree(case: ConvCase, overflow: AccOverflow)
 
 @pytest.mark.skipif(not int16_gemm.available(), reason="no int16 kernel on this host")
 @pytest.mark.parametrize(
-    ("x_shape", "w_shape", "padding", "dilation"),
+    ("x_shape", "w_shape", "stride", "padding", "dilation"),
     [
-        ((2, 3, 5, 20), (4, 3, 3, 3), 1, 1),  # rows of 20 points: panels wrap once
-        ((2, 5, 37), (3, 5, 3), 2, 2),  # 1-D, as Whisper's conv
+        ((2, 3, 5, 20), (4, 3, 3, 3), 1, 1, 1),  # rows of 20 points: panels wrap once
+        ((2, 3, 9, 40), (4, 3, 3, 3), 2, 1, 1),  # stride 2: rows of 20 again
+        ((2, 3, 9, 26), (4, 3, 3, 3), 1, 1, 2),  # dilation 2 by rows and columns
+        ((2, 5, 37), (3, 5, 3), 1, 2, 2),  # 1-D, as Whisper's conv
     ],
-    ids=["2d", "1d"],
+    ids=["2d", "2d-stride-2", "2d-dilated", "1d"],
 )
-def test_int16_packs_a_stride_1_convs_input_without_an_im2col_matrix(
-    x_shape: tuple[int, ...], w_shape: tuple[int, ...], padding: int, dilation: int
+def test_int16_packs_a_convs_input_without_an_im2col_matrix(
+    x_shape: tuple[int, ...], w_shape: tuple[int, ...], stride: int, padding: int, dilation: int
 ) -> None:
     gen = torch.Generator().manual_seed(len(x_shape))
     x = torch.randint(-128, 128, x_shape, dtype=torch.int8, generator=gen)
     w = torch.randint(-128, 128, w_shape, dtype=torch.int8, generator=gen)
-    geo = ConvGeometry.of(x_shape, w_shape, stride=1, padding=padding, dilation=dilation, groups=1)
+    geo = ConvGeometry.of(
+        x_shape, w_shape, stride=stride, padding=padding, dilation=dilation, groups=1
+    )
     fp64 = {3: F.conv1d, 4: F.conv2d}[len(x_shape)]
-    expected = fp64((x.double() - 9), w.double(), padding=padding, dilation=dilation)
+    expected = fp64(x.double() - 9, w.double(), stride=stride, padding=padding, dilation=dilation)
     with (
         host_gemm.forced("int16"),
         mock.patch.object(conv, "INT16_MIN_FILTERS", 1),

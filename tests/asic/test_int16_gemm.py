@@ -177,23 +177,43 @@ def test_every_layout_packs_to_the_same_bytes(n: int, k: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("c", "size", "kernel", "dilation", "padding"),
+    ("c", "size", "kernel", "stride", "dilation", "padding"),
     [
         # Output rows of 32 points: every panel one run of input bytes.
-        (4, (6, 34), (3, 3), (1, 1), [(0, 0), (0, 0)]),
+        (4, (6, 34), (3, 3), (1, 1), (1, 1), [(0, 0), (0, 0)]),
         # Rows of 20: panels wrap to the next row once (two runs); the last one is partial.
-        (3, (9, 18), (3, 3), (1, 1), [(1, 1), (1, 1)]),
+        (3, (9, 18), (3, 3), (1, 1), (1, 1), [(1, 1), (1, 1)]),
         # Rows of 5: a panel over four rows, value by value; an odd K (3 · 1 · 3), dilation 2.
-        (3, (7, 9), (1, 3), (1, 2), [(2, 0), (0, 1)]),
+        (3, (7, 9), (1, 3), (1, 1), (1, 2), [(2, 0), (0, 1)]),
         # A 1-D conv, as one of height 1 (Whisper's): a single output row of 40 points.
-        (5, (1, 40), (1, 3), (1, 1), [(0, 0), (1, 1)]),
+        (5, (1, 40), (1, 3), (1, 1), (1, 1), [(0, 0), (1, 1)]),
+        # Stride 2 (ResNet's downsampling): rows of 20 points, bytes 2 apart, wrapping once.
+        (3, (9, 40), (3, 3), (2, 2), (1, 1), [(1, 1), (1, 1)]),
+        # Stride 2 by rows only, 3 by columns (value by value), and a 7x7 kernel.
+        (2, (12, 50), (7, 7), (2, 3), (1, 1), [(3, 3), (3, 3)]),
+        # Dilation 2 by rows, 3 by columns, rows of 20.
+        (3, (11, 26), (3, 3), (1, 1), (2, 3), [(0, 0), (0, 0)]),
+        # Rows of exactly 8 (two runs a panel, none partial) and of exactly 16 (one run).
+        (2, (6, 10), (3, 3), (1, 1), (1, 1), [(0, 0), (0, 0)]),
+        (2, (6, 18), (3, 3), (1, 1), (1, 1), [(0, 0), (0, 0)]),
     ],
-    ids=["one-run", "two-runs", "many-runs", "1d"],
+    ids=[
+        "one-run",
+        "two-runs",
+        "many-runs",
+        "1d",
+        "stride-2",
+        "stride-3",
+        "dilated",
+        "ow-8",
+        "ow-16",
+    ],
 )
 def test_a_conv_input_packs_as_its_im2col_matrix(
     c: int,
     size: tuple[int, int],
     kernel: tuple[int, int],
+    stride: tuple[int, int],
     dilation: tuple[int, int],
     padding: list[tuple[int, int]],
 ) -> None:
@@ -202,10 +222,10 @@ def test_a_conv_input_packs_as_its_im2col_matrix(
     gen = torch.Generator().manual_seed(c)
     x = torch.randint(-128, 128, (2, c, *size), dtype=torch.int8, generator=gen)
     padded = int16_gemm.conv_input(x, padding, value=-7)
-    cols = torch.nn.functional.unfold(padded.float(), kernel, dilation=dilation)
+    cols = torch.nn.functional.unfold(padded.float(), kernel, dilation=dilation, stride=stride)
     for n in range(2):
         matrix = cols[n].t().to(torch.int8)  # [points, C·KH·KW]
-        got = int16_gemm.pack_conv(padded[n], kernel, dilation)
+        got = int16_gemm.pack_conv(padded[n], kernel, stride, dilation)
         assert (got.n, got.k) == tuple(matrix.shape)
         assert torch.equal(got.data, int16_gemm.pack(matrix).data)
 
@@ -220,7 +240,7 @@ def test_a_conv_packing_shared_between_two_threads_is_the_same() -> None:
     try:
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            packed.append(int16_gemm.pack_conv(padded[0], (3, 3), (1, 1)).data.clone())
+            packed.append(int16_gemm.pack_conv(padded[0], (3, 3), (1, 1), (1, 1)).data.clone())
     finally:
         torch.set_num_threads(before)
     assert torch.equal(packed[0], packed[1])
@@ -230,13 +250,22 @@ def test_a_conv_packing_shared_between_two_threads_is_the_same() -> None:
 
 def test_a_conv_packing_needs_its_margins_and_a_fitting_kernel() -> None:
     x = torch.zeros((1, 2, 4, 4), dtype=torch.int8)
-    with pytest.raises(ValueError, match="reads 16 bytes on either side of its input"):
-        int16_gemm.pack_conv(x[0], (3, 3), (1, 1))
+    with pytest.raises(ValueError, match="reads 32 bytes on either side of its input"):
+        int16_gemm.pack_conv(x[0], (3, 3), (1, 1), (1, 1))
     padded = int16_gemm.conv_input(x, [(0, 0), (0, 0)], value=0)
-    with pytest.raises(ValueError, match="a 5x3 kernel of dilation 1x1 does not fit a 4x4 input"):
-        int16_gemm.pack_conv(padded[0], (5, 3), (1, 1))
-    with pytest.raises(ValueError, match="takes a contiguous 3-D int8 input"):
-        int16_gemm.pack_conv(padded[0].float(), (3, 3), (1, 1))
+    with pytest.raises(
+        ValueError, match="a 5x3 kernel of dilation 1x1 and stride 1x1 does not fit"
+    ):
+        int16_gemm.pack_conv(padded[0], (5, 3), (1, 1), (1, 1))
+    with pytest.raises(ValueError, match=r"takes a contiguous 3-D int8 input, got torch\.float32"):
+        int16_gemm.pack_conv(padded[0].float(), (3, 3), (1, 1), (1, 1))
+    with pytest.raises(ValueError, match=r"input, got non-contiguous torch\.int8 "):
+        int16_gemm.pack_conv(padded[0].transpose(1, 2), (3, 3), (1, 1), (1, 1))
+    # No channels: an empty sum, whatever the margins.
+    empty = int16_gemm.conv_input(torch.zeros((2, 0, 4, 4), dtype=torch.int8), [(1, 1)] * 2, 0)
+    packed = int16_gemm.pack_conv(empty[1], (3, 3), (1, 1), (1, 1))
+    assert (packed.n, packed.k) == (16, 0)
+    assert int16_gemm.mm(torch.zeros((3, 0), dtype=torch.int8), packed).eq(0).all()
 
 
 def test_a_packing_for_one_call_reuses_a_buffer_below_the_cap(

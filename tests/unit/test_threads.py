@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from xdist import plugin as xdist_plugin
 
 from tests import threads
 
@@ -40,28 +41,42 @@ def environ(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     return copy
 
 
+def _config(pytester: pytest.Pytester, *args: str) -> pytest.Config:
+    """A controller's config once xdist has read its options (its ``pytest_cmdline_main``,
+    which runs before ``pytest_configure``: ``-n auto`` and ``--maxprocesses`` resolved)."""
+    config = pytester.parseconfig(*args)
+    xdist_plugin.pytest_cmdline_main(config)
+    return config
+
+
 def test_a_serial_run_and_a_users_value_are_left_alone(
     pytester: pytest.Pytester, environ: dict[str, str]
 ) -> None:
-    threads.share(pytester.parseconfig())
+    threads.share(_config(pytester))
+    threads.share(_config(pytester, "-n", "0"))
     assert threads.VARIABLE not in environ
     environ[threads.VARIABLE] = "3"
-    threads.share(pytester.parseconfig("-n", "2"))
+    threads.share(_config(pytester, "-n", "2"))
     assert environ[threads.VARIABLE] == "3"
 
 
-def test_an_xdist_controller_sets_the_share(
-    pytester: pytest.Pytester, environ: dict[str, str]
+@pytest.mark.parametrize(
+    ("args", "workers"),
+    [(("-n", "4"), 4), (("-n", "4", "--maxprocesses", "1"), 1), (("-n", "auto"), 3)],
+)
+def test_an_xdist_controller_shares_the_cpus_among_the_workers_it_starts(
+    pytester: pytest.Pytester, environ: dict[str, str], args: tuple[str, ...], workers: int
 ) -> None:
-    threads.share(pytester.parseconfig("-n", "4"))
-    assert environ[threads.VARIABLE] == str(threads.per_worker(len(os.sched_getaffinity(0)), 4))
+    environ["PYTEST_XDIST_AUTO_NUM_WORKERS"] = "3"  # what -n auto starts
+    threads.share(_config(pytester, *args))
+    assert environ[threads.VARIABLE] == str(threads.per_worker(threads.cpus(), workers))
 
 
 def test_each_workers_torch_gets_its_share(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(threads.VARIABLE, raising=False)  # the outer run's own share
-    expected = threads.per_worker(len(os.sched_getaffinity(0)), 2)
+    expected = threads.per_worker(threads.cpus(), 2)
     monkeypatch.setenv("EXPECTED_THREADS", str(expected))
     pytester.makeconftest(_CONFTEST)
     pytester.makepyfile(test_a=_TEST, test_b=_TEST)
