@@ -618,7 +618,8 @@ def _int8_gemm_conv(
     acc = torch.empty((geo.batch, geo.out_channels, points), dtype=torch.int32)
     if _is_pointwise(geo):
         # The im2col matrix of a 1x1 conv is the input: a sample's [C, points], read by columns
-        # (the copy took 5.7 of a ResNet-50 bottleneck conv's 13.3 ms, one thread).
+        # (the copy took 5.7 of a ResNet-50 bottleneck conv's 13.3 ms: AVX-512 VNNI host, one
+        # thread).
         rows = _weight_rows(w_q, geo)[0]  # [C_out, K]
         x_rows = x_q.reshape(geo.batch, geo.in_channels, points)
         for n in range(geo.batch):
@@ -626,7 +627,8 @@ def _int8_gemm_conv(
     elif _packs_from_input(geo) and host_gemm.kernel_for(geo.gemm[1], x_q, w_q) == "int16":
         # int16 packs each sample's im2col matrix from the padded input, without writing it
         # (K in the weight's own order): the im2col pass took 2.4 of ResNet's stage-1 conv's
-        # 18 ms, and now its whole conv takes 14 (one thread).
+        # 18 ms, and now its whole conv takes 14 (AVX2 code on the AVX-512 VNNI host, one
+        # thread).
         rows = w_q.reshape(geo.out_channels, -1)
         x4, padding = _as_2d(x_q, geo)
         padded = int16_gemm.conv_input(x4, padding, zp)

@@ -190,12 +190,12 @@ def mm_i32(
     name = kernel_for(a_q.shape[1], a_q, w_q)
     if name == "int_mm":
         a = _row_major(a_q)
-        if w_static:
-            w = _columns(w_q) if a_q.shape[0] > 1 else _rows(w_q).t()
-        elif _is_row_major(w_q.t()):  # a transposed view (a 1x1 conv's input): [K, N] as it lies
-            w = w_q.t()
+        if not w_static:
+            w = _as_kn(w_q)
+        elif a_q.shape[0] > 1:
+            w = _columns(w_q)
         else:
-            w = _row_major(w_q).t()
+            w = _rows(w_q).t()
         return torch._int_mm(a, w, out=out) if out is not None else torch._int_mm(a, w)
     if name == "int16":
         packed = _packed(w_q) if w_static else int16_gemm.pack(w_q, reuse=True)
@@ -376,13 +376,7 @@ def bmm_i32(a_q: torch.Tensor, w_q: torch.Tensor, *, allow_float32: bool = False
     if name == "int_mm":
         acc = torch.empty((batch, m, w_q.shape[1]), dtype=torch.int32, device=a_q.device)
         for i in range(batch):
-            # w_q[i] may be a transposed view of a row-major [K, N] (a matmul's right operand,
-            # quantized per column where it lies): oneDNN takes that as it is, where a packed
-            # [N, K] copy first took 7x the GEMMs (decode attention's PV, 32 heads of 2048).
-            wt = w_q[i].t()
-            torch._int_mm(
-                _row_major(a_q[i]), wt if _is_row_major(wt) else _row_major(w_q[i]).t(), out=acc[i]
-            )
+            torch._int_mm(_row_major(a_q[i]), _as_kn(w_q[i]), out=acc[i])
         return acc
     if name == "int16":
         acc = torch.empty((batch, m, w_q.shape[1]), dtype=torch.int32, device=a_q.device)
@@ -498,6 +492,15 @@ def _packed(w_q: torch.Tensor) -> int16_gemm.Packed:
 _weight_copies = {
     form: new_cache() for form in ("float32", "float64", "slices", "columns", "rows", "int16")
 }
+
+
+def _as_kn(w_q: torch.Tensor) -> torch.Tensor:
+    """A dynamic ``w_q [N, K]`` as the ``[K, N]`` ``torch._int_mm`` reads: its transposed view
+    where that is row-major (a matmul's right operand quantized per column where it lies, a 1x1
+    conv's input), which oneDNN takes as it is, where a packed ``[N, K]`` copy first took 7x the
+    GEMMs (decode attention's PV, 32 heads of 2048); else a row-major copy, transposed."""
+    wt = w_q.t()
+    return wt if _is_row_major(wt) else _row_major(w_q).t()
 
 
 def _row_major(x: torch.Tensor) -> torch.Tensor:

@@ -543,12 +543,11 @@ def _compile(
     """Build ``target``; None, or the compiler's complaint. The file appears whole or not at
     all (parallel test workers build at once)."""
     with tempfile.TemporaryDirectory(dir=target.parent) as work:
-        paths = []
         for name, text in sources.items():
-            paths.append(str(Path(work) / name))
-            Path(paths[-1]).write_bytes(text)
+            (Path(work) / name).write_bytes(text)
         built = Path(work) / target.name
-        command = [*compiler, *flags, *paths, "-o", str(built)]
+        command = [*compiler, *flags, *(str(Path(work) / name) for name in sources)]
+        command += ["-o", str(built)]
         try:
             run = subprocess.run(command, capture_output=True, text=True, timeout=_BUILD_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired) as exc:

@@ -43,15 +43,22 @@ int64_t asic_int16_packed_bytes(int64_t n, int64_t k) {
     return (n + PANEL - 1) / PANEL * even(k) * PANEL;
 }
 
+/* Where a panel holds its column j's value of k = kk: pair kk / 2, the half of j's 8 columns. */
+static inline int8_t *panel_at(int8_t *dst, int64_t j, int64_t kk) {
+    return dst + (kk >> 1) * 2 * PANEL + (j / 8) * 16 + (j % 8) * 2 + (kk & 1);
+}
+
+/* Zero what a panel's values leave: its missing columns, an odd K's last half pair. */
+static inline void clear_panel(int8_t *dst, int64_t cols, int64_t k) {
+    if (cols < PANEL || k % 2) memset(dst, 0, (size_t)(even(k) * PANEL));
+}
+
 /* One panel of any layout, element by element: a panel of fewer columns, an odd K's last pair,
  * a layout the vector paths below do not take. */
 static void pack_scalar(const int8_t *w, int64_t k0, int64_t k, int64_t sn, int64_t sk,
                         int64_t cols, int8_t *dst) {
-    for (int64_t j = 0; j < cols; j++) {
-        const int8_t *src = w + j * sn;
-        int8_t *d = dst + (j / 8) * 16 + (j % 8) * 2;
-        for (int64_t kk = k0; kk < k; kk++) d[(kk >> 1) * 2 * PANEL + (kk & 1)] = src[kk * sk];
-    }
+    for (int64_t j = 0; j < cols; j++)
+        for (int64_t kk = k0; kk < k; kk++) *panel_at(dst, j, kk) = w[j * sn + kk * sk];
 }
 
 #if defined(__AVX2__)
@@ -88,15 +95,19 @@ static int64_t pack_rows(const int8_t *w, int64_t k, int64_t sn, int8_t *dst) {
     return pairs;
 }
 
+/* Pair q of a full panel from its 16 columns' values of k = 2q (r0) and 2q + 1 (r1): the two
+ * interleaved byte by byte are its 32 bytes. */
+static inline void store_pair(int8_t *dst, int64_t q, __m128i r0, __m128i r1) {
+    _mm_storeu_si128((__m128i *)(dst + q * 2 * PANEL), _mm_unpacklo_epi8(r0, r1));
+    _mm_storeu_si128((__m128i *)(dst + q * 2 * PANEL + 16), _mm_unpackhi_epi8(r0, r1));
+}
+
 /* A panel of a weight whose columns are contiguous (sn = 1: a [K, N] as its transposed view,
- * attention's V): a pair's two rows of 16 columns, interleaved byte by byte, are its 32 bytes. */
+ * attention's V): a pair is its two rows of 16 columns. */
 static void pack_columns(const int8_t *w, int64_t k, int64_t sk, int8_t *dst) {
-    for (int64_t q = 0; q < k / 2; q++) {
-        __m128i r0 = _mm_loadu_si128((const __m128i *)(w + 2 * q * sk));
-        __m128i r1 = _mm_loadu_si128((const __m128i *)(w + (2 * q + 1) * sk));
-        _mm_storeu_si128((__m128i *)(dst + q * 2 * PANEL), _mm_unpacklo_epi8(r0, r1));
-        _mm_storeu_si128((__m128i *)(dst + q * 2 * PANEL + 16), _mm_unpackhi_epi8(r0, r1));
-    }
+    for (int64_t q = 0; q < k / 2; q++)
+        store_pair(dst, q, _mm_loadu_si128((const __m128i *)(w + 2 * q * sk)),
+                   _mm_loadu_si128((const __m128i *)(w + (2 * q + 1) * sk)));
 }
 #endif
 
@@ -109,8 +120,7 @@ void asic_int16_pack(const int8_t *w, int64_t n, int64_t k, int64_t sn, int64_t 
         int8_t *dst = out + p * kp * PANEL;
         const int8_t *src = w + p * PANEL * sn;
         int64_t cols = n - p * PANEL < PANEL ? n - p * PANEL : PANEL;
-        if (cols < PANEL || k % 2) /* the zeros: missing columns, an odd K's last half pair */
-            memset(dst, 0, (size_t)(kp * PANEL));
+        clear_panel(dst, cols, k);
         int64_t done = 0;
 #if defined(__AVX2__)
         if (cols == PANEL && sk == 1) {
@@ -171,8 +181,7 @@ int asic_int16_pack_conv(const int8_t *xp, int64_t c, int64_t hp, int64_t wp, in
         for (int j = 1; j < cols; j++)
             if (at[j] != at[j - 1] + sw && runs++ == 1) s = j;
         (void)s; /* the vector path's; a build without AVX2 has none */
-        if (cols < PANEL || k % 2) /* the zeros: missing columns, an odd K's last half pair */
-            memset(dst, 0, (size_t)(kp * PANEL));
+        clear_panel(dst, cols, k);
 #if defined(__AVX2__)
         if (cols == PANEL && runs <= 2 && (sw == 1 || sw == 2)) {
             const int8_t *x0 = xp + at[0], *xs = xp + at[s == PANEL ? 0 : s];
@@ -186,17 +195,13 @@ int asic_int16_pack_conv(const int8_t *xp, int64_t c, int64_t hp, int64_t wp, in
                     int64_t k1 = off[2 * q + 1];
                     r1 = conv_load(x0 + k1, xs + k1, s, sw, mask);
                 }
-                _mm_storeu_si128((__m128i *)(dst + q * 2 * PANEL), _mm_unpacklo_epi8(r0, r1));
-                _mm_storeu_si128((__m128i *)(dst + q * 2 * PANEL + 16), _mm_unpackhi_epi8(r0, r1));
+                store_pair(dst, q, r0, r1);
             }
             continue;
         }
 #endif
-        for (int64_t j = 0; j < cols; j++) {
-            int8_t *d = dst + (j / 8) * 16 + (j % 8) * 2;
-            for (int64_t kk = 0; kk < k; kk++)
-                d[(kk >> 1) * 2 * PANEL + (kk & 1)] = xp[at[j] + off[kk]];
-        }
+        for (int64_t j = 0; j < cols; j++)
+            for (int64_t kk = 0; kk < k; kk++) *panel_at(dst, j, kk) = xp[at[j] + off[kk]];
     }
     free(off);
     return 0;

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from asic_backend.sim import host, host_gemm, host_passes, int16_gemm, numerics
 from tests.asic import golden
+from tests.asic.test_host_passes import torch_threads
 
 pytestmark = pytest.mark.skipif(
     not int16_gemm.available(), reason=f"no int16 kernel: {int16_gemm.unavailable_reason()}"
@@ -73,12 +74,8 @@ def test_a_gemm_shared_among_threads_is_exact_and_writes_into_out_rows(
     w = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=gen)
     assert m * n * k >= int16_gemm.PARALLEL_MIN_MACS
     wide = torch.full((m, n + 7), 7, dtype=torch.int32)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         result = int16_gemm.mm(a, int16_gemm.pack(w), out=wide[:, 3 : n + 3])
-    finally:
-        torch.set_num_threads(before)
     assert result.data_ptr() == wide[:, 3:].data_ptr()
     assert torch.equal(result.long(), a.long() @ w.long().t())
     assert (wide[:, :3] == 7).all()
@@ -235,14 +232,10 @@ def test_a_conv_packing_shared_between_two_threads_is_the_same() -> None:
     x = torch.randint(-128, 128, (1, 32, 38, 38), dtype=torch.int8)
     padded = int16_gemm.conv_input(x, [(1, 1), (1, 1)], value=3)
     assert int16_gemm.PARALLEL_MIN_MACS <= 38 * 38 * 32 * 9  # values packed: shared
-    before = torch.get_num_threads()
     packed = []
-    try:
-        for threads in (1, 2):
-            torch.set_num_threads(threads)
+    for threads in (1, 2):
+        with torch_threads(threads):
             packed.append(int16_gemm.pack_conv(padded[0], (3, 3), (1, 1), (1, 1)).data.clone())
-    finally:
-        torch.set_num_threads(before)
     assert torch.equal(packed[0], packed[1])
     cols = torch.nn.functional.unfold(padded.float(), (3, 3))[0].t().to(torch.int8)
     assert torch.equal(packed[0], int16_gemm.pack(cols).data)
