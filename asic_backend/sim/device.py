@@ -15,7 +15,7 @@ from typing import Any, Literal, get_args
 
 import torch
 
-from asic_backend.sim import numerics
+from asic_backend.sim import host_gemm, numerics
 from asic_backend.sim.config import AsicConfig
 from asic_backend.sim.conv import ConvGeometry, conv_i32
 from asic_backend.sim.cycles import ACC_BYTES, GemmCost, conv_cost, gemm_cost
@@ -399,6 +399,24 @@ def run_mm_i32(
     )
     m, k = a_q.shape
     device.record_gemm(device.gemm_cost(m, k, w_q.shape[0], ACC_BYTES))
+    return acc
+
+
+def run_static_mm(
+    a_q: torch.Tensor,
+    w: host_gemm.StaticOperand,
+    *,
+    device: Device,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """:func:`run_mm_i32` of int8 activations ``a_q [M, K]`` by a weight's kept operand
+    (:func:`asic_backend.sim.host_gemm.static_operand`), without a zero-point or bias (a
+    dynamic linear's GEMM): int32 ``[M, N]``, into ``out`` where given, counted on ``device``
+    as :func:`run_mm_i32` counts it. The caller guarantees ``K <= INT_MM_MAX_K``."""
+    _check_device(device)
+    acc = host_gemm.static_mm(a_q, w, out=out)
+    m, k = a_q.shape
+    device.record_gemm(device.gemm_cost(m, k, acc.shape[1], ACC_BYTES))
     return acc
 
 

@@ -58,6 +58,8 @@ __all__ = [
     "FLOAT32_SLICE",
     "INT_MM_MIN_K",
     "KERNELS",
+    "STATIC_KERNELS",
+    "StaticOperand",
     "available_kernels",
     "bmm_i32",
     "cpu_flags",
@@ -73,6 +75,8 @@ __all__ = [
     "scratch",
     "scratch_i32",
     "slice_length",
+    "static_mm",
+    "static_operand",
 ]
 
 #: The kernels, by name.
@@ -188,24 +192,58 @@ def mm_i32(
     would cost two passes and change no value.
     """
     name = kernel_for(a_q.shape[1], a_q, w_q)
+    if w_static and name in STATIC_KERNELS:
+        return static_mm(a_q, static_operand(name, w_q, a_q.shape[0]), out=out)
     if name == "int_mm":
-        a = _row_major(a_q)
-        if not w_static:
-            w = _as_kn(w_q)
-        elif a_q.shape[0] > 1:
-            w = _columns(w_q)
-        else:
-            w = _rows(w_q).t()
+        a, w = _row_major(a_q), _as_kn(w_q)
         return torch._int_mm(a, w, out=out) if out is not None else torch._int_mm(a, w)
     if name == "int16":
-        packed = _packed(w_q) if w_static else int16_gemm.pack(w_q, reuse=True)
-        return int16_gemm.mm(a_q, packed, out=out)
+        return int16_gemm.mm(a_q, int16_gemm.pack(w_q, reuse=True), out=out)
     dtype = torch.float64 if name == "float64" else torch.float32
     if dtype == torch.float32 and w_static:
         return _float32_weight_gemm(a_q, w_q, out, allow_float32)
     w = float_weight(w_q, dtype) if w_static else w_q.to(dtype)
     result = _float_mm(a_q.to(dtype), w)
     return result if out is None else out.copy_(result)
+
+
+#: The kernels that read a static operand (a weight) in a form of their own, kept while it is
+#: unchanged (:func:`static_operand`).
+STATIC_KERNELS: tuple[str, ...] = ("int_mm", "int16")
+
+
+class StaticOperand(NamedTuple):
+    """A static ``w_q [N, K]`` as kernel ``kernel`` reads it (:func:`static_operand`)."""
+
+    kernel: str
+    #: ``int_mm``: the ``[K, N]`` view ``torch._int_mm`` takes; ``int16``: the packed weight.
+    data: torch.Tensor | int16_gemm.Packed
+
+
+def static_operand(name: str, w_q: torch.Tensor, rows: int) -> StaticOperand:
+    """What kernel ``name`` (one of :data:`STATIC_KERNELS`) reads of the static ``w_q [N, K]``
+    to multiply ``rows`` rows by it, made once while ``w_q`` is unchanged. A caller that keeps
+    it (a dynamic linear's weight, :mod:`asic_backend.ops.linear`) passes it to
+    :func:`static_mm` on every call without looking it up again: a lookup is a handful of
+    Python objects, each a cache miss once a model's other layers have run."""
+    if name == "int_mm":
+        return StaticOperand(name, _columns(w_q) if rows > 1 else _rows(w_q).t())
+    if name == "int16":
+        return StaticOperand(name, _packed(w_q))
+    raise ValueError(f"asic: the {name} kernel keeps no static operand; {STATIC_KERNELS} do")
+
+
+def static_mm(
+    a_q: torch.Tensor, w: StaticOperand, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``a_q [M, K]`` int8 by the static operand ``w`` (:func:`static_operand`, made for as
+    many rows) as int32 ``[M, N]``, exactly, into ``out`` where given: :func:`mm_i32` of the
+    weight it was made from, with ``w_static``. The caller guarantees ``K <= INT_MM_MAX_K``,
+    and that ``w``'s kernel is the one :func:`kernel_for` gives."""
+    if isinstance(w.data, int16_gemm.Packed):
+        return int16_gemm.mm(a_q, w.data, out=out)
+    a = _row_major(a_q)
+    return torch._int_mm(a, w.data, out=out) if out is not None else torch._int_mm(a, w.data)
 
 
 #: The most float32 partial products (slices × rows × columns) one batched GEMM of

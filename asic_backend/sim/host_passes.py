@@ -65,6 +65,7 @@ __all__ = [
     "depthwise_conv",
     "describe",
     "forced",
+    "linear",
     "mode",
     "quantize_sym",
     "reset",
@@ -184,34 +185,51 @@ def quantize_sym(
     stride) in one loop a row, scales floored at ``eps``: ``(q, scale [M, 1])``, ``q`` int8 or,
     with ``out`` (float32, contiguous, ``x``'s shape), ``out`` holding the same values. None
     where the fused pass does not apply (the caller runs the aten kernels)."""
-    if x.dtype != torch.float32 or x.dim() != 2 or not plain(x):
-        return None
-    native = _active()  # after the checks: a traced call never loads the library
+    native = _rows_native(x)
     if native is None:
         return None
-    rows, k = x.shape
-    if k < 2 or rows == 0 or x.stride(1) != 1:
-        return None
     if out is None:
-        q = torch.empty((rows, k), dtype=torch.int8)
+        q = torch.empty(x.shape, dtype=torch.int8)
     elif _f32(out, tuple(x.shape)):
         q = out
     else:
         return None
-    scale = torch.empty((rows, 1), dtype=torch.float32)
-    q_int8, q_f32 = (q.data_ptr(), None) if out is None else (None, q.data_ptr())
-    bad = native.quantize_sym_f32(
-        x.data_ptr(),
-        rows,
-        k,
-        x.stride(0),
-        q_int8,
-        q_f32,
-        scale.data_ptr(),
-        eps,
-        _threads(x.numel()),
-    )
-    return None if bad else (q, scale)
+    return _quantize(native, x, q, eps)
+
+
+def linear(
+    x: torch.Tensor,
+    gemm: Callable[[torch.Tensor], torch.Tensor],
+    w_scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    eps: float,
+) -> torch.Tensor | None:
+    """A dynamic int8 linear's host passes around its GEMM, each operand checked once:
+    :func:`quantize_sym` of ``x`` (int8), ``gemm(q)`` (its int32 ``[M, N]``, contiguous, or
+    float32 holding those values), then :func:`scale_rows` by the rows' scales, ``w_scale``
+    and ``bias`` (float32 ``[N]``, or None): float32 ``[M, N]``, new. None, without calling
+    ``gemm``, where they do not apply (the caller runs its general path: the same values).
+
+    A decode step runs one linear after another, each streaming its weight through the CPU's
+    caches, so each Python object and each torch function a linear touches on the way is a
+    cache miss: the two passes' own checks, apart, cost more than the passes."""
+    native = _rows_native(x)
+    n = w_scale.shape[0]
+    if native is None or _step(w_scale, n, (n,)) != 1:
+        return None
+    if bias is not None and not _f32(bias, (n,)):
+        return None
+    quantized = _quantize(native, x, torch.empty(x.shape, dtype=torch.int8), eps)
+    if quantized is None:
+        return None
+    q, x_scale = quantized
+    acc = gemm(q)
+    run = _scale_kernel(native, acc.dtype)
+    if run is None or not acc.is_contiguous() or tuple(acc.shape) != (x.shape[0], n):
+        raise TypeError(f"asic: a linear's GEMM gave {acc.dtype} {list(acc.shape)}")
+    y = torch.empty(acc.shape, dtype=torch.float32)
+    _scale(run, acc, x_scale, 1, w_scale, 1, 0, bias, y)
+    return y
 
 
 def quantize_sym_cols(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -265,32 +283,17 @@ def scale_rows(
         b_step = _step(b_scale, batch[0] * n, (batch[0], 1, n))
         ok = bias is None and a_step == 1 and b_step == 1
     else:
-        rows, b_rows = m, 0
+        b_rows = 0
         a_step = _step(a_scale, m, (m, 1))
         b_step = _step(b_scale, n, (n,), (1, n))
-        ok = a_step is not None and b_step is not None and (bias is None or _f32(bias, (n,)))
-    if run is None or not ok:
+        ok = bias is None or _f32(bias, (n,))
+    if run is None or not ok or a_step is None or b_step is None:
         return None
     if not in_place:
         y = torch.empty(acc.shape, dtype=torch.float32)
     else:
         y = acc if acc.dtype == torch.float32 else acc.view(torch.float32)
-    bias_ptr = None if bias is None else bias.data_ptr()
-    run(
-        acc.data_ptr(),
-        rows,
-        n,
-        a_scale.data_ptr(),
-        a_step,
-        b_scale.data_ptr(),
-        b_step,
-        b_rows,
-        bias_ptr,
-        0,
-        1,
-        y.data_ptr(),
-        _threads(acc.numel()),
-    )
+    _scale(run, acc, a_scale, a_step, b_scale, b_step, b_rows, bias, y)
     return y
 
 
@@ -404,6 +407,71 @@ def _active() -> _Native | None:
     if mode() != "native":
         return None
     return _build().native
+
+
+def _rows_native(x: torch.Tensor) -> _Native | None:
+    """The library, where the native passes are on and ``x`` is a matrix the row passes take:
+    float32 ``[M, K]``, M ≥ 1, K ≥ 2, rows of unit stride, :func:`plain`."""
+    if x.dtype != torch.float32 or x.dim() != 2 or not plain(x):
+        return None
+    native = _active()  # after the checks: a traced call never loads the library
+    rows, k = x.shape
+    if native is None or k < 2 or rows == 0 or x.stride(1) != 1:
+        return None
+    return native
+
+
+def _quantize(
+    native: _Native, x: torch.Tensor, q: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The row quantization of ``x`` (checked: :func:`_rows_native`) into ``q`` (int8, or
+    float32: contiguous, ``x``'s shape): ``(q, scale [M, 1])``, None for a row of inf or NaN."""
+    rows, k = x.shape
+    scale = torch.empty((rows, 1), dtype=torch.float32)
+    q_int8, q_f32 = (q.data_ptr(), None) if q.dtype == torch.int8 else (None, q.data_ptr())
+    bad = native.quantize_sym_f32(
+        x.data_ptr(),
+        rows,
+        k,
+        x.stride(0),
+        q_int8,
+        q_f32,
+        scale.data_ptr(),
+        eps,
+        _threads(x.numel()),
+    )
+    return None if bad else (q, scale)
+
+
+def _scale(
+    run: Callable[..., Any],
+    acc: torch.Tensor,
+    a_scale: torch.Tensor,
+    a_step: int,
+    b_scale: torch.Tensor,
+    b_step: int,
+    b_rows: int,
+    bias: torch.Tensor | None,
+    y: torch.Tensor,
+) -> None:
+    """The rescale loop ``run`` of a contiguous ``acc`` (its last dim the columns) into ``y``,
+    the operands checked (:func:`scale_rows`)."""
+    n = acc.shape[-1]
+    run(
+        acc.data_ptr(),
+        acc.numel() // n if n else 0,
+        n,
+        a_scale.data_ptr(),
+        a_step,
+        b_scale.data_ptr(),
+        b_step,
+        b_rows,
+        None if bias is None else bias.data_ptr(),
+        0,
+        1,
+        y.data_ptr(),
+        _threads(acc.numel()),
+    )
 
 
 def _f32(t: torch.Tensor, shape: tuple[int, ...]) -> bool:

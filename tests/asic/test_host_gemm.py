@@ -348,6 +348,46 @@ def test_dyn_conv_gives_the_same_bits_under_every_kernel(
     assert all(torch.equal(out, outs[0]) for out in outs[1:])
 
 
+STATIC_KERNELS = [k for k in host_gemm.available_kernels() if k in host_gemm.STATIC_KERNELS]
+
+
+@pytest.mark.parametrize("name", STATIC_KERNELS)
+@pytest.mark.parametrize("rows", [1, 5])
+@pytest.mark.parametrize("into", ["new", "out"])
+def test_a_static_operand_gives_mm_i32s_bits(name: str, rows: int, into: str) -> None:
+    """What a kernel keeps of a weight, made once and multiplied by directly: the product
+    ``mm_i32`` gives by the weight, with the extreme values."""
+    gen = torch.Generator().manual_seed(rows)
+    a = torch.randint(-128, 128, (rows, 70), dtype=torch.int8, generator=gen)
+    w = torch.randint(-128, 128, (9, 70), dtype=torch.int8, generator=gen)
+    a[0], w[0] = -128, -128
+    operand = host_gemm.static_operand(name, w, rows)
+    assert operand.kernel == name
+    out = torch.empty(rows, 9, dtype=torch.int32) if into == "out" else None
+    got = host_gemm.static_mm(a, operand, out=out)
+    assert got.dtype == torch.int32
+    assert torch.equal(got.long(), a.long() @ w.long().t())
+    if out is not None:
+        assert got.data_ptr() == out.data_ptr()
+    with host_gemm.forced(name):
+        assert torch.equal(got, host_gemm.mm_i32(a, w, w_static=True))
+    # Kept (or a view of the weight itself), not made again.
+    again = host_gemm.static_operand(name, w, rows).data
+    assert _storage(again) == _storage(operand.data)
+
+
+def _storage(data: torch.Tensor | int16_gemm.Packed) -> int:
+    return (data.data if isinstance(data, int16_gemm.Packed) else data).data_ptr()
+
+
+@pytest.mark.parametrize("name", ["float32", "float64"])
+def test_a_float_kernel_keeps_no_static_operand(name: str) -> None:
+    with pytest.raises(
+        ValueError, match=rf"^asic: the {name} kernel keeps no static operand; \('int_mm', "
+    ):
+        host_gemm.static_operand(name, torch.ones(2, 3, dtype=torch.int8), 1)
+
+
 @pytest.mark.parametrize("k", [64, 3 * host_gemm.FLOAT32_SLICE + 7])
 def test_dyn_linear_gives_the_same_bits_under_every_kernel(k: int) -> None:
     import asic_backend.ops.linear  # noqa: F401  (registers asic::dyn_linear)

@@ -549,6 +549,109 @@ def test_a_bias_of_another_dtype_takes_the_aten_kernels() -> None:
     )
 
 
+# -- a linear's two passes around its GEMM ------------------------------------------------------
+
+
+def _int8_gemm(w_q: torch.Tensor, calls: list[torch.Tensor]):  # type: ignore[no-untyped-def]
+    """A GEMM by ``w_q`` as ``host_passes.linear`` calls it, recording its operands."""
+
+    def gemm(q: torch.Tensor) -> torch.Tensor:
+        calls.append(q)
+        return numerics.linear_i32(q, w_q)
+
+    return gemm
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("rows", [1, 7, 300])
+def test_a_linears_passes_are_the_two_passes_apart(rows: int, bias: bool, threads: int) -> None:
+    """The quantization and the rescale of ``quantize_sym`` and ``scale_rows``, bit for bit, and
+    the aten kernels' (300 rows of 256: past PARALLEL_MIN_NUMEL, shared among threads)."""
+    g = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, 256, generator=g) * 3
+    w_q = torch.randint(-127, 128, (24, 256), dtype=torch.int8, generator=g)
+    w_scale = torch.rand(24, generator=g) * 1e-2
+    b = torch.randn(24, generator=g) if bias else None
+    calls: list[torch.Tensor] = []
+    with torch_threads(threads):
+        y = host_passes.linear(x, _int8_gemm(w_q, calls), w_scale, b, F32_EPS)
+        quantized = host_passes.quantize_sym(x, F32_EPS)
+        assert y is not None
+        assert quantized is not None
+        q, x_scale = quantized
+        apart = host_passes.scale_rows(
+            numerics.linear_i32(q, w_q), x_scale, w_scale, b, in_place=False
+        )
+        with host_passes.forced("aten"):
+            q_aten, s_aten = quantize_sym_rows(x)
+            aten = numerics.dequantize_acc(numerics.linear_i32(q_aten, w_q), s_aten, w_scale, b)
+    assert len(calls) == 1
+    assert torch.equal(calls[0], q)
+    assert y.dtype == torch.float32
+    assert y.shape == (rows, 24)
+    assert torch.equal(y, apart)
+    assert torch.equal(y, aten)
+
+
+@pytest.mark.parametrize(
+    "what",
+    [
+        "bfloat16",
+        "3-D",
+        "one value a row",
+        "column-major",
+        "no rows",
+        "a row of inf",
+        "a row of nan",
+        "a bfloat16 bias",
+        "a bias of two rows",
+        "scales of another length",
+        "aten passes",
+    ],
+)
+def test_what_a_linears_passes_do_not_take_never_runs_the_gemm(what: str) -> None:
+    """None before the GEMM: the caller's general path runs it, once."""
+    x, w_scale, b = torch.randn(4, 30), torch.rand(6), torch.randn(6)
+    if what == "bfloat16":
+        x = x.bfloat16()
+    elif what == "3-D":
+        x = x.reshape(2, 2, 30)
+    elif what == "one value a row":
+        x = x[:, :1]
+    elif what == "column-major":
+        x = torch.randn(30, 4).t()
+    elif what == "no rows":
+        x = x[:0]
+    elif what == "a row of inf":
+        x[1, 3] = float("inf")
+    elif what == "a row of nan":
+        x[3, 0] = float("nan")
+    elif what == "a bfloat16 bias":
+        b = b.bfloat16()
+    elif what == "a bias of two rows":
+        b = torch.randn(2, 6)
+    elif what == "scales of another length":
+        w_scale = torch.rand(5)
+    calls: list[torch.Tensor] = []
+    gemm = _int8_gemm(torch.ones(6, x.shape[-1], dtype=torch.int8), calls)
+    with host_passes.forced("aten" if what == "aten passes" else "native"):
+        assert host_passes.linear(x, gemm, w_scale, b, F32_EPS) is None
+    assert calls == []
+
+
+def test_a_linears_gemm_of_another_shape_is_an_error() -> None:
+    """After the GEMM ran (and was counted) there is no going back to the general path."""
+    with pytest.raises(TypeError, match=r"^asic: a linear's GEMM gave torch.int32 \[4, 5\]$"):
+        host_passes.linear(
+            torch.randn(4, 30),
+            lambda q: torch.zeros(4, 5, dtype=torch.int32),
+            torch.rand(6),
+            None,
+            F32_EPS,
+        )
+
+
 # -- choosing and building ---------------------------------------------------------------------
 
 

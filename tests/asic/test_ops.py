@@ -113,6 +113,21 @@ def test_ops_count_on_their_device() -> None:
     assert [c.macs for c in gemmini.last_costs] == [M * K * N] * 2
 
 
+def test_a_static_operands_gemm_counts_as_run_mm_i32() -> None:
+    from asic_backend.sim import host_gemm
+
+    gemmini = get_device("gemmini")
+    kept = host_gemm.static_operand("int_mm", W, M)
+    acc = devices.run_static_mm(A, kept, device=gemmini)
+    static = gemmini.snapshot()
+    gemmini.reset()
+    assert torch.equal(acc, run_mm_i32(A, W, device=gemmini))
+    assert static == gemmini.snapshot()
+    assert static.dut_ops == 1
+    with pytest.raises(TypeError, match="device must be a Device"):
+        devices.run_static_mm(A, kept, device="gemmini")  # type: ignore[arg-type]
+
+
 def test_m0_and_non_contiguous_inputs() -> None:
     empty = torch.ops.asic.mm_i32(*mm_args(a=A[:0]))
     assert empty.shape == (0, N)

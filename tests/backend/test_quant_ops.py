@@ -13,7 +13,7 @@ import asic_backend.lower.accounting
 import asic_backend.ops.attention
 import asic_backend.ops.conv  # noqa: F401  (the asic:: ops checked here)
 from asic_backend.ops import linear as quant_ops
-from asic_backend.sim import numerics
+from asic_backend.sim import host_gemm, host_passes, numerics
 from asic_backend.sim.device import Device, HostFallback, HostFallbackStats, get_device
 
 ops = torch.ops.asic
@@ -307,6 +307,153 @@ def test_inference_tensors_are_not_cached(device: Device) -> None:
         w.mul_(4.0)  # no version counter to see this: only recomputation is safe
         second = ops.dyn_linear(x, w, None, False, True, device.key)
     assert torch.equal(second, 4.0 * first)
+
+
+# -- the float path: a kept weight's linear in three native steps -------------------------------
+
+STATIC_KERNELS = [k for k in host_gemm.available_kernels() if k in host_gemm.STATIC_KERNELS]
+
+
+@pytest.fixture
+def native_linears(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each call of ``host_passes.linear`` (the native path's) gave the result."""
+    taken: list[bool] = []
+    real = host_passes.linear
+
+    def watch(*args: Any, **kwargs: Any) -> Any:
+        out = real(*args, **kwargs)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(host_passes, "linear", watch)
+    return taken
+
+
+def _general_path(*args: Any) -> torch.Tensor:
+    """``dyn_linear`` the general way: quantize, ``run_mm_i32``, rescale, each step checked."""
+    return quant_ops._dyn_linear(*args, quant_ops._weight_mm)
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["nk", "kn"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+@pytest.mark.parametrize("shape", [(1, 40), (7, 40), (300, 256), (2, 3, 40)])
+@pytest.mark.parametrize("kernel", STATIC_KERNELS)
+def test_a_kept_weights_linear_takes_the_native_path_with_the_general_paths_bits_and_counts(
+    device: Device,
+    native_linears: list[bool],
+    kernel: str,
+    shape: tuple[int, ...],
+    bias: bool,
+    transposed: bool,
+) -> None:
+    """Decode (one row, seven) and prefill rows (300 of 256, two threads), a batch of rows, a
+    weight stored ``[K, N]`` (GPT-2's Conv1D): one native call each, the same bits and the same
+    counts as the general path's and the aten kernels'."""
+    g = torch.Generator().manual_seed(len(shape) * shape[0])
+    k = shape[-1]
+    x = torch.randn(shape, generator=g) * 2
+    w = torch.randn(k, 24, generator=g) if transposed else torch.randn(24, k, generator=g)
+    b = torch.randn(24, generator=g) if bias else None
+    args = (x, w, b, transposed, True, device.key)
+    results = []
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with host_gemm.forced(kernel):
+            for run in (lambda: ops.dyn_linear(*args), lambda: _general_path(*args)):
+                device.reset()
+                results.append((run(), device.snapshot()))
+            with host_passes.forced("aten"):
+                aten = ops.dyn_linear(*args)
+    finally:
+        torch.set_num_threads(before)
+    (native, native_counts), (general, general_counts) = results
+    # The op's call takes it; the general path never asks; under the aten passes it declines.
+    assert native_linears == [True, False]
+    assert native.shape == (*shape[:-1], 24)
+    assert native.dtype == torch.float32
+    assert torch.equal(native, general)
+    assert torch.equal(native, aten)
+    assert native_counts == general_counts
+    assert native_counts.dut_ops == 1
+
+
+@pytest.mark.parametrize("rows", [1, 6])
+@pytest.mark.parametrize("kernel", STATIC_KERNELS)
+def test_the_inductor_hosts_gemm_by_a_kept_weight_gives_the_general_paths_bits(
+    device: Device, kernel: str, rows: int
+) -> None:
+    """``asic::dyn_weight_mm`` (what ``host="inductor"`` calls between its fused passes) by a
+    kept weight multiplies by its kept operand: the bits and counts of the weight not kept."""
+    g = torch.Generator().manual_seed(rows)
+    x_q = torch.randint(-128, 128, (rows, 40), dtype=torch.int8, generator=g)
+    w = torch.randn(24, 40, generator=g)
+    results = []
+    with host_gemm.forced(kernel):
+        for kept in (True, False):
+            device.reset()
+            acc, scale = ops.dyn_weight_mm(x_q, w, False, kept, device.key)
+            results.append((acc, scale, device.snapshot()))
+    (acc, scale, counts), (acc_general, scale_general, counts_general) = results
+    assert acc.dtype == torch.int32
+    assert torch.equal(acc, acc_general)
+    assert torch.equal(scale, scale_general)
+    assert counts == counts_general
+    assert counts.dut_ops == 1
+
+
+@pytest.mark.parametrize(
+    "what",
+    [
+        "not kept",
+        "an inference weight",
+        "the float32 kernel",
+        "K past INT_MM_MAX_K",
+        "bfloat16 activations",
+        "a bfloat16 bias",
+        "a row of inf",
+        "no rows",
+        "the aten passes",
+    ],
+)
+def test_what_the_native_linear_does_not_take_runs_the_general_path(
+    device: Device, native_linears: list[bool], what: str
+) -> None:
+    """Each takes the general path, as before the native one existed: the same values, and one
+    GEMM counted (none without rows)."""
+    g = torch.Generator().manual_seed(9)
+    # Past INT_MM_MAX_K a sum may leave int32: the general path sums in int64.
+    k = numerics.INT_MM_MAX_K + 1 if what == "K past INT_MM_MAX_K" else 40
+    x, b = torch.randn(5, k, generator=g), torch.randn(24, generator=g)
+    if what == "an inference weight":
+        with torch.inference_mode():
+            w = torch.randn(24, k, generator=g)
+    else:
+        w = torch.randn(24, k, generator=g)
+    kernel = "float32" if what == "the float32 kernel" else STATIC_KERNELS[0]
+    if what == "bfloat16 activations":
+        x = x.bfloat16()
+    elif what == "a bfloat16 bias":
+        b = b.bfloat16()
+    elif what == "a row of inf":
+        x[2, 7] = float("inf")
+    elif what == "no rows":
+        x = x[:0]
+    args = (x, w, b, False, what != "not kept", device.key)
+    with (
+        host_gemm.forced(kernel),
+        host_passes.forced("aten" if what == "the aten passes" else "native"),
+    ):
+        got = ops.dyn_linear(*args)
+        counts = device.snapshot()
+        device.reset()
+        want = _general_path(*args)
+    # Asked only for a kept weight under a kernel that keeps an operand.
+    asked = not what.startswith(("not kept", "an inference weight", "the float32", "K past"))
+    assert native_linears == ([False] if asked else [])
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    assert counts == device.snapshot()
+    assert counts.dut_ops == (0 if what == "no rows" else 1)
 
 
 def test_dyn_linear_counts_one_gemm_per_call(device: Device) -> None:
