@@ -442,10 +442,12 @@ def dyn_weight_mm(
     (float32). ``w_transposed``: ``w`` is ``[K, N]`` instead of ``[N, K]``.
     """
     weight = _dut_weight(w, w_transposed, cache_weight, x_q.shape[-1])
-    operand = _kept_operand(weight, x_q) if cache_weight and x_q.shape[0] else None
+    name = _static_kernel(x_q) if cache_weight and x_q.shape[0] else None
     if x_q.shape[0] == 0:  # nothing to issue
         acc = x_q.new_zeros((0, weight.q.shape[0]), dtype=torch.int32)
-    elif operand is not None:  # the fewest layers (host="inductor" calls it once a layer)
+    elif name is not None:  # the fewest layers (host="inductor" calls it once a layer)
+        numerics.check_gemm_operands(x_q, weight.q)
+        operand = _kept_operand(weight, name, x_q.shape[0])
         acc = run_static_mm(x_q, operand, device=get_device(device))
     else:
         acc = run_mm_i32(x_q, weight.q, device=get_device(device))
@@ -512,24 +514,27 @@ def dyn_linear(
     result is scaled on the host. ``w_transposed``: ``w`` is ``[K, N]`` (``x @ w``, GPT-2's
     ``Conv1D``) instead of ``[N, K]``.
     """
-    if cache_weight:
-        x2 = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
-        y = _native_dyn_linear(x2, w, bias, w_transposed, device)
-        if y is not None:
-            return y if x.dim() == 2 else y.reshape(_out_shape(x, y.shape[-1]))
-    return _dyn_linear(x, w, bias, w_transposed, cache_weight, device, _weight_mm)
+    x2 = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])  # a copy at most once
+    y = _native_dyn_linear(x2, w, bias, w_transposed, device) if cache_weight else None
+    if y is None:
+        y = _dyn_linear(x2, w, bias, w_transposed, cache_weight, device, _weight_mm)
+    return y if x.dim() == 2 else y.reshape(_out_shape(x, y.shape[-1]))
 
 
-def _kept_operand(weight: _Weight, a: Tensor) -> host_gemm.StaticOperand | None:
-    """What the host kernel reads of ``weight`` to multiply ``a [M, K]`` (activations) by it,
-    kept on it (:func:`asic_backend.sim.host_gemm.static_operand`); None where the kernel keeps
-    nothing (``float32``, ``float64``) or K takes the exact int64 path."""
-    rows, k = a.shape
+def _static_kernel(a: Tensor) -> str | None:
+    """The host kernel that multiplies ``a [M, K]`` (activations) by a weight, where it keeps an
+    operand of the weight (:data:`asic_backend.sim.host_gemm.STATIC_KERNELS`); None where it
+    keeps nothing (``float32``, ``float64``) or K takes the exact int64 path."""
+    k = a.shape[1]
     if not numerics.int_mm_applies(k):
         return None
     name = host_gemm.kernel_for(k, a)
-    if name not in host_gemm.STATIC_KERNELS:
-        return None
+    return name if name in host_gemm.STATIC_KERNELS else None
+
+
+def _kept_operand(weight: _Weight, name: str, rows: int) -> host_gemm.StaticOperand:
+    """What kernel ``name`` reads of ``weight`` to multiply ``rows`` rows by it, made at its
+    first use and kept on it (:func:`asic_backend.sim.host_gemm.static_operand`)."""
     slot = (name, rows > 1)
     operand = weight.operands.get(slot)
     if operand is None:
@@ -540,30 +545,37 @@ def _kept_operand(weight: _Weight, a: Tensor) -> host_gemm.StaticOperand | None:
 def _native_dyn_linear(
     x: Tensor, w: Tensor, bias: Tensor | None, w_transposed: bool, device: str
 ) -> Tensor | None:
-    """:func:`dyn_linear` of a 2-D float32 ``x`` by a kept weight in its fewest steps: the
-    native quantization and rescale around the GEMM on the operand the weight keeps for the
-    host kernel (:func:`asic_backend.sim.host_passes.linear`, :func:`run_static_mm`). None
-    where they do not apply: the general path, the same values.
+    """:func:`dyn_linear` of a 2-D ``x`` by a kept weight in its fewest steps: the native
+    quantization and rescale around the GEMM on the operand the weight keeps for the host
+    kernel (:func:`asic_backend.sim.host_passes.linear`, :func:`run_static_mm`). None where
+    they do not apply: the general path, the same values.
 
     The general path asks its questions again at each layer (the passes' checks, the weight's
     caches, the kernel), and at decode shapes, with the CPU's caches cold from the layers
-    before, those layers cost more than the passes: 250 µs over the GEMM against 85 µs at
-    8×2048×2048 (two threads, ``int_mm``, AVX-512 VNNI host, 128 MB read between calls)."""
-    key = stamp(w)
-    if key is None:
-        return None
-    weight = _kept_weight(w, w_transposed, key)
+    before, those layers cost more than the passes: about 70 µs over the GEMM against 50 µs
+    at 8×2048×2048, run round robin with other layers (two threads, ``int_mm``, AVX-512 VNNI
+    host). The weight is looked up only once ``x`` passes, and after the kernel: a call the
+    native path declines (bfloat16, the aten passes, ``float32``) then costs no more than
+    before."""
     rows, k = x.shape
-    n = weight.q.shape[0]
-    operand = _kept_operand(weight, x) if k == weight.q.shape[1] else None
-    if operand is None:
-        return None
-    dut = get_device(device)
 
-    def gemm(q: Tensor) -> Tensor:
-        return run_static_mm(q, operand, device=dut, out=scratch_i32(rows, n))
+    def prepare() -> tuple[Tensor, Callable[[Tensor], Tensor]] | None:
+        name = _static_kernel(x)
+        key = None if name is None else stamp(w)
+        if name is None or key is None:
+            return None
+        weight = _kept_weight(w, w_transposed, key)
+        if weight.q.shape[1] != k:
+            return None  # the general path says so
+        operand = _kept_operand(weight, name, rows)
+        n, dut = weight.q.shape[0], get_device(device)
 
-    return host_passes.linear(x, gemm, weight.scale, bias, F32_EPS)
+        def gemm(q: Tensor) -> Tensor:
+            return run_static_mm(q, operand, device=dut, out=scratch_i32(rows, n))
+
+        return weight.scale, gemm
+
+    return host_passes.linear(x, bias, F32_EPS, prepare)
 
 
 @dyn_linear.register_fake

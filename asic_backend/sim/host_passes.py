@@ -199,25 +199,30 @@ def quantize_sym(
 
 def linear(
     x: torch.Tensor,
-    gemm: Callable[[torch.Tensor], torch.Tensor],
-    w_scale: torch.Tensor,
     bias: torch.Tensor | None,
     eps: float,
+    prepare: Callable[[], tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]] | None],
 ) -> torch.Tensor | None:
     """A dynamic int8 linear's host passes around its GEMM, each operand checked once:
-    :func:`quantize_sym` of ``x`` (int8), ``gemm(q)`` (its int32 ``[M, N]``, contiguous, or
-    float32 holding those values), then :func:`scale_rows` by the rows' scales, ``w_scale``
-    and ``bias`` (float32 ``[N]``, or None): float32 ``[M, N]``, new. None, without calling
-    ``gemm``, where they do not apply (the caller runs its general path: the same values).
+    :func:`quantize_sym` of ``x`` (int8), the GEMM, then :func:`scale_rows` by the rows'
+    scales, the weight's and ``bias`` (float32 ``[N]``, or None): float32 ``[M, N]``, new.
+    ``prepare()``, called once ``x`` passes (so a declined call spares the caller's weight
+    lookups), gives the weight's float32 scales (``[N]``, or one for all) and the GEMM:
+    ``gemm(q)`` is the int32 ``[M, N]`` of the int8 ``q`` (contiguous, or float32 holding those
+    values). None, without calling ``gemm``, where they do not apply, or where ``prepare``
+    gives None: the caller runs its general path, with the same values.
 
     A decode step runs one linear after another, each streaming its weight through the CPU's
     caches, so each Python object and each torch function a linear touches on the way is a
     cache miss: the two passes' own checks, apart, cost more than the passes."""
     native = _rows_native(x)
-    n = w_scale.shape[0]
-    if native is None or _step(w_scale, n, (n,)) != 1:
+    prepared = None if native is None else prepare()
+    if native is None or prepared is None:
         return None
-    if bias is not None and not _f32(bias, (n,)):
+    w_scale, gemm = prepared
+    n = w_scale.shape[0] if w_scale.dim() == 1 else -1
+    w_step = _step(w_scale, n, (n,)) if n >= 0 else None
+    if w_step is None or (bias is not None and not _f32(bias, (n,))):
         return None
     quantized = _quantize(native, x, torch.empty(x.shape, dtype=torch.int8), eps)
     if quantized is None:
@@ -228,7 +233,7 @@ def linear(
     if run is None or not acc.is_contiguous() or tuple(acc.shape) != (x.shape[0], n):
         raise TypeError(f"asic: a linear's GEMM gave {acc.dtype} {list(acc.shape)}")
     y = torch.empty(acc.shape, dtype=torch.float32)
-    _scale(run, acc, x_scale, 1, w_scale, 1, 0, bias, y)
+    _scale(run, acc, x_scale, 1, w_scale, w_step, 0, bias, y)
     return y
 
 

@@ -552,30 +552,38 @@ def test_a_bias_of_another_dtype_takes_the_aten_kernels() -> None:
 # -- a linear's two passes around its GEMM ------------------------------------------------------
 
 
-def _int8_gemm(w_q: torch.Tensor, calls: list[torch.Tensor]):  # type: ignore[no-untyped-def]
-    """A GEMM by ``w_q`` as ``host_passes.linear`` calls it, recording its operands."""
+def _prepared(w_q: torch.Tensor, w_scale: torch.Tensor, calls: list[str]):  # type: ignore[no-untyped-def]
+    """What ``host_passes.linear`` asks its caller for: the weight's scales and a GEMM by
+    ``w_q``, recording each step it is asked for."""
 
     def gemm(q: torch.Tensor) -> torch.Tensor:
-        calls.append(q)
+        calls.append("gemm")
         return numerics.linear_i32(q, w_q)
 
-    return gemm
+    def prepare():  # type: ignore[no-untyped-def]
+        calls.append("prepare")
+        return w_scale, gemm
+
+    return prepare
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.parametrize("rows", [1, 7, 300])
-def test_a_linears_passes_are_the_two_passes_apart(rows: int, bias: bool, threads: int) -> None:
+@pytest.mark.parametrize(("rows", "n"), [(1, 24), (7, 24), (300, 24), (5, 1)])
+def test_a_linears_passes_are_the_two_passes_apart(
+    rows: int, n: int, bias: bool, threads: int
+) -> None:
     """The quantization and the rescale of ``quantize_sym`` and ``scale_rows``, bit for bit, and
-    the aten kernels' (300 rows of 256: past PARALLEL_MIN_NUMEL, shared among threads)."""
+    the aten kernels' (300 rows of 256: past PARALLEL_MIN_NUMEL, shared among threads; one
+    output, a value or reward head's: one scale for all)."""
     g = torch.Generator().manual_seed(rows)
     x = torch.randn(rows, 256, generator=g) * 3
-    w_q = torch.randint(-127, 128, (24, 256), dtype=torch.int8, generator=g)
-    w_scale = torch.rand(24, generator=g) * 1e-2
-    b = torch.randn(24, generator=g) if bias else None
-    calls: list[torch.Tensor] = []
+    w_q = torch.randint(-127, 128, (n, 256), dtype=torch.int8, generator=g)
+    w_scale = torch.rand(n, generator=g) * 1e-2
+    b = torch.randn(n, generator=g) if bias else None
+    calls: list[str] = []
     with torch_threads(threads):
-        y = host_passes.linear(x, _int8_gemm(w_q, calls), w_scale, b, F32_EPS)
+        y = host_passes.linear(x, b, F32_EPS, _prepared(w_q, w_scale, calls))
         quantized = host_passes.quantize_sym(x, F32_EPS)
         assert y is not None
         assert quantized is not None
@@ -586,10 +594,9 @@ def test_a_linears_passes_are_the_two_passes_apart(rows: int, bias: bool, thread
         with host_passes.forced("aten"):
             q_aten, s_aten = quantize_sym_rows(x)
             aten = numerics.dequantize_acc(numerics.linear_i32(q_aten, w_q), s_aten, w_scale, b)
-    assert len(calls) == 1
-    assert torch.equal(calls[0], q)
+    assert calls == ["prepare", "gemm"]
     assert y.dtype == torch.float32
-    assert y.shape == (rows, 24)
+    assert y.shape == (rows, n)
     assert torch.equal(y, apart)
     assert torch.equal(y, aten)
 
@@ -604,10 +611,12 @@ def test_a_linears_passes_are_the_two_passes_apart(rows: int, bias: bool, thread
         "no rows",
         "a row of inf",
         "a row of nan",
+        "aten passes",
+        "the caller declines",
         "a bfloat16 bias",
         "a bias of two rows",
         "scales of another length",
-        "aten passes",
+        "one scale, as a 0-D tensor",
     ],
 )
 def test_what_a_linears_passes_do_not_take_never_runs_the_gemm(what: str) -> None:
@@ -633,11 +642,18 @@ def test_what_a_linears_passes_do_not_take_never_runs_the_gemm(what: str) -> Non
         b = torch.randn(2, 6)
     elif what == "scales of another length":
         w_scale = torch.rand(5)
-    calls: list[torch.Tensor] = []
-    gemm = _int8_gemm(torch.ones(6, x.shape[-1], dtype=torch.int8), calls)
+    elif what == "one scale, as a 0-D tensor":
+        w_scale, b = torch.tensor(0.5), None
+    calls: list[str] = []
+    prepare = _prepared(torch.ones(6, x.shape[-1], dtype=torch.int8), w_scale, calls)
+    if what == "the caller declines":
+        prepare = lambda: calls.append("prepare")  # type: ignore[assignment,func-returns-value] # noqa: E731
     with host_passes.forced("aten" if what == "aten passes" else "native"):
-        assert host_passes.linear(x, gemm, w_scale, b, F32_EPS) is None
-    assert calls == []
+        assert host_passes.linear(x, b, F32_EPS, prepare) is None
+    # Refused on x's layout alone, before the caller's weight is looked up; inf and NaN are
+    # found by the quantization's own pass, after it.
+    x_alone = {"bfloat16", "3-D", "one value a row", "column-major", "no rows", "aten passes"}
+    assert calls == ([] if what in x_alone else ["prepare"])
 
 
 def test_a_linears_gemm_of_another_shape_is_an_error() -> None:
@@ -645,10 +661,9 @@ def test_a_linears_gemm_of_another_shape_is_an_error() -> None:
     with pytest.raises(TypeError, match=r"^asic: a linear's GEMM gave torch.int32 \[4, 5\]$"):
         host_passes.linear(
             torch.randn(4, 30),
-            lambda q: torch.zeros(4, 5, dtype=torch.int32),
-            torch.rand(6),
             None,
             F32_EPS,
+            lambda: (torch.rand(6), lambda q: torch.zeros(4, 5, dtype=torch.int32)),
         )
 
 

@@ -336,24 +336,27 @@ def _general_path(*args: Any) -> torch.Tensor:
 
 @pytest.mark.parametrize("transposed", [False, True], ids=["nk", "kn"])
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
-@pytest.mark.parametrize("shape", [(1, 40), (7, 40), (300, 256), (2, 3, 40)])
+@pytest.mark.parametrize(
+    ("shape", "n"), [((1, 40), 24), ((7, 40), 24), ((300, 256), 24), ((2, 3, 40), 24), ((5, 40), 1)]
+)
 @pytest.mark.parametrize("kernel", STATIC_KERNELS)
 def test_a_kept_weights_linear_takes_the_native_path_with_the_general_paths_bits_and_counts(
     device: Device,
     native_linears: list[bool],
     kernel: str,
     shape: tuple[int, ...],
+    n: int,
     bias: bool,
     transposed: bool,
 ) -> None:
-    """Decode (one row, seven) and prefill rows (300 of 256, two threads), a batch of rows, a
-    weight stored ``[K, N]`` (GPT-2's Conv1D): one native call each, the same bits and the same
-    counts as the general path's and the aten kernels'."""
+    """Decode (one row, seven) and prefill rows (300 of 256, two threads), a batch of rows, one
+    output (a value head), a weight stored ``[K, N]`` (GPT-2's Conv1D): one native call each,
+    the same bits and the same counts as the general path's and the aten kernels'."""
     g = torch.Generator().manual_seed(len(shape) * shape[0])
     k = shape[-1]
     x = torch.randn(shape, generator=g) * 2
-    w = torch.randn(k, 24, generator=g) if transposed else torch.randn(24, k, generator=g)
-    b = torch.randn(24, generator=g) if bias else None
+    w = torch.randn(k, n, generator=g) if transposed else torch.randn(n, k, generator=g)
+    b = torch.randn(n, generator=g) if bias else None
     args = (x, w, b, transposed, True, device.key)
     results = []
     before = torch.get_num_threads()
@@ -370,7 +373,7 @@ def test_a_kept_weights_linear_takes_the_native_path_with_the_general_paths_bits
     (native, native_counts), (general, general_counts) = results
     # The op's call takes it; the general path never asks; under the aten passes it declines.
     assert native_linears == [True, False]
-    assert native.shape == (*shape[:-1], 24)
+    assert native.shape == (*shape[:-1], n)
     assert native.dtype == torch.float32
     assert torch.equal(native, general)
     assert torch.equal(native, aten)
@@ -400,6 +403,31 @@ def test_the_inductor_hosts_gemm_by_a_kept_weight_gives_the_general_paths_bits(
     assert torch.equal(scale, scale_general)
     assert counts == counts_general
     assert counts.dut_ops == 1
+
+
+@pytest.mark.parametrize("kernel", STATIC_KERNELS)
+def test_a_kept_weight_of_another_k_is_the_general_paths_one_line(
+    device: Device, kernel: str
+) -> None:
+    w = torch.randn(24, 40)
+    with host_gemm.forced(kernel):
+        ops.dyn_linear(torch.randn(3, 40), w, None, False, True, device.key)  # kept
+        with pytest.raises(RuntimeError, match=r"the input's last dim \(41\) != the weight's"):
+            ops.dyn_linear(torch.randn(3, 41), w, None, False, True, device.key)
+    assert device.snapshot().dut_ops == 1
+
+
+@pytest.mark.parametrize("cache_weight", [True, False], ids=["kept", "not kept"])
+def test_the_inductor_hosts_gemm_refuses_activations_that_are_not_int8(
+    device: Device, cache_weight: bool
+) -> None:
+    """The same one line by a kept weight as by one that is not (uint8 would run)."""
+    with pytest.raises(TypeError, match=r"^asic: activations must be a 2-D int8 tensor"):
+        ops.dyn_weight_mm(
+            torch.zeros(3, 40, dtype=torch.uint8), torch.randn(24, 40), False, cache_weight,
+            device.key,
+        )  # fmt: skip
+    assert device.snapshot().dut_ops == 0
 
 
 @pytest.mark.parametrize(
@@ -448,9 +476,8 @@ def test_what_the_native_linear_does_not_take_runs_the_general_path(
         counts = device.snapshot()
         device.reset()
         want = _general_path(*args)
-    # Asked only for a kept weight under a kernel that keeps an operand.
-    asked = not what.startswith(("not kept", "an inference weight", "the float32", "K past"))
-    assert native_linears == ([False] if asked else [])
+    # Asked for every weight the op may keep; declined, by the passes or by the weight's side.
+    assert native_linears == ([] if what == "not kept" else [False])
     torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
     assert counts == device.snapshot()
     assert counts.dut_ops == (0 if what == "no rows" else 1)
