@@ -20,6 +20,10 @@ from asic_backend.sim import host_gemm, host_passes
 from tests.accounting import checking_every_graph
 
 DUT_PRESET = "default"  # the DUT row of the ratios (every preset runs the same host code)
+#: The marker (registered in pyproject.toml) of a benchmark row a plain (benchmark-disabled) run
+#: leaves out: a timed row whose code the rows it keeps already check (an Inductor compile a
+#: layer shape, 1.6 s of CPU each).
+TIMED_ONLY = "timed_only"
 
 
 @dataclasses.dataclass
@@ -31,6 +35,18 @@ class Row:
 
 
 _ROWS = pytest.StashKey[dict[str, Row]]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A plain run (``--benchmark-disable``, or xdist) checks each benchmark's code, not its
+    speed: it deselects the rows marked :data:`TIMED_ONLY`."""
+    session = getattr(config, "_benchmarksession", None)  # pytest-benchmark's, made at configure
+    if session is not None and not session.disabled:
+        return
+    left = [item for item in items if item.get_closest_marker(TIMED_ONLY)]
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = [item for item in items if not item.get_closest_marker(TIMED_ONLY)]
 
 
 @pytest.fixture(autouse=True)

@@ -19,6 +19,9 @@ M = 1 and 8 tokens, prefill M = 128 and 512; ``qkv`` is d -> 3d, ``o`` d -> d, `
     pytest benchmarks/test_int8_path.py --benchmark-only --asic-roofline docs/roofline.svg
     pytest benchmarks/test_int8_path.py --benchmark-disable      # plain tests, as CI runs them
 
+A plain run compiles ``test_dut_inductor`` on :data:`PLAIN_INDUCTOR`'s layers only (the others
+are marked ``timed_only``: benchmarks/conftest.py).
+
 A table of the DUT/fp32 and DUT/GEMM ratios per shape and host GEMM kernel closes a timed run
 (``conftest.py``), from ``test_interleaved``, which runs the candidates of a shape round robin:
 fp32, and for each of the ``int_mm`` and ``float32`` kernels (forced, so a host with an int8
@@ -52,6 +55,7 @@ from asic_backend.sim.cycles import ACC_BYTES, gemm_cost
 from asic_backend.sim.device import get_device
 from benchmarks.conftest import (
     DUT_PRESET,
+    TIMED_ONLY,
     best_interleaved,
     forced_kernel,
     record,
@@ -93,6 +97,7 @@ class Layer:
         return 200 if self.m <= 8 else 10
 
 
+TIMED = getattr(pytest.mark, TIMED_ONLY)
 PROJECTIONS = {"qkv": (D, 3 * D), "o": (D, D), "up": (D, 4 * D), "down": (4 * D, D)}
 LAYERS = [
     *(
@@ -215,7 +220,24 @@ def test_dut(
     _run_dut(asic_benchmark, benchmark, layer, config, target, x, ref, request, "dut")
 
 
-@pytest.mark.parametrize("layer", LAYER_PARAMS)
+#: The layers whose Inductor-hosted DUT a plain run compiles and checks: one row, a few rows, a
+#: long K, many rows, and both MLPs (the rest only differ in their shapes).
+PLAIN_INDUCTOR = (
+    "decode-qkv-M1",
+    "decode-down-M8",
+    "prefill-qkv-M128",
+    "decode-mlp-M8",
+    "prefill-mlp-M512",
+)
+
+
+@pytest.mark.parametrize(
+    "layer",
+    [
+        p if p.id in PLAIN_INDUCTOR else pytest.param(*p.values, id=p.id, marks=[*p.marks, TIMED])
+        for p in LAYER_PARAMS
+    ],
+)
 def test_dut_inductor(
     asic_benchmark: Any, benchmark: Any, layer: Layer, request: pytest.FixtureRequest
 ) -> None:

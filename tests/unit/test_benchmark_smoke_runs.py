@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from benchmarks.conftest import TIMED_ONLY
 from tests.conftest import ROOT
 
 # The inner run's host: no int8 unit, as the benchmarks ask it (asic_backend.sim.host_gemm), and
@@ -70,3 +71,28 @@ def test_a_plain_run_without_an_int8_unit_gives_int_mm_smoke_rows_only(
     # 256. test_ratios takes the peer's rows from the same helper (and costs 7 s more to run).
     assert len(gemms) >= 2 + 2 * 2
     assert {m for m, _, _ in gemms} == {8}
+
+
+def test_a_plain_run_leaves_out_the_timed_only_rows(pytester: pytest.Pytester) -> None:
+    """Each Inductor-hosted layer is a compile (1.6 s of CPU): a plain run, as CI makes one,
+    compiles the few that differ in more than their shapes; a timed run all of them."""
+    from benchmarks.test_int8_path import LAYER_PARAMS, PLAIN_INDUCTOR, test_dut_inductor
+
+    (params,) = [m.args[1] for m in test_dut_inductor.pytestmark if m.name == "parametrize"]
+    timed_only = {p.id for p in params if any(m.name == TIMED_ONLY for m in p.marks)}
+    everything = {p.id for p in LAYER_PARAMS}
+    assert {p.id for p in params} == everything
+    assert timed_only == everything - set(PLAIN_INDUCTOR)
+    assert set(PLAIN_INDUCTOR) < everything
+
+    result = pytester.runpytest_subprocess(
+        str(ROOT / "benchmarks" / "test_int8_path.py"), "--co", "-q", "-p", "no:cacheprovider",
+        "-k", "dut_inductor", "--benchmark-disable",
+    )  # fmt: skip
+    collected = {
+        line.split("[", 1)[1].rstrip("]")
+        for line in result.outlines
+        if line.startswith("benchmarks/test_int8_path.py::test_dut_inductor[")
+    }
+    assert collected == set(PLAIN_INDUCTOR)
+    assert collected.isdisjoint(timed_only)
