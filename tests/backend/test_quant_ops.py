@@ -299,6 +299,47 @@ def test_weight_cache_follows_in_place_writes(device: Device) -> None:
     assert torch.equal(second, 2.0 * first)
 
 
+@pytest.mark.parametrize("how", ["load_state_dict", "an optimizer step", "copy_ under no_grad"])
+def test_a_compiled_models_weights_written_in_place_are_quantized_again(
+    device: Device, how: str
+) -> None:
+    """What a user does to a model between calls bumps the weight's version: the next call
+    quantizes it again, native path or not."""
+    model = torch.nn.Linear(16, 8)
+    compiled = torch.compile(model, backend="asic")
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        compiled(x)
+    if how == "load_state_dict":
+        model.load_state_dict(torch.nn.Linear(16, 8).state_dict())
+    elif how == "an optimizer step":
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        model(x).sum().backward()
+        opt.step()
+    else:
+        with torch.no_grad():
+            model.weight.copy_(torch.randn(8, 16))
+    with torch.no_grad():
+        got = compiled(x)
+        fresh = ops.dyn_linear(x, model.weight, model.bias, False, False, device.key)
+    assert torch.equal(got, fresh)
+
+
+def test_a_write_through_data_is_seen_after_clear_caches(device: Device) -> None:
+    """``p.data`` is a tensor with a version counter of its own: a write through it does not
+    bump the parameter's, so the kept quantized weight stays until the caches are cleared (as
+    docs/device.md says)."""
+    from asic_backend.sim.tensor_cache import clear_caches
+
+    w, x = torch.nn.Parameter(torch.randn(8, 16)), torch.randn(4, 16)
+    with torch.no_grad():
+        before = ops.dyn_linear(x, w, None, False, True, device.key)
+        w.data.mul_(2.0)
+        assert torch.equal(ops.dyn_linear(x, w, None, False, True, device.key), before)
+        clear_caches()
+        assert torch.equal(ops.dyn_linear(x, w, None, False, True, device.key), 2.0 * before)
+
+
 def test_inference_tensors_are_not_cached(device: Device) -> None:
     with torch.inference_mode():
         w = torch.randn(16, 32)
