@@ -442,7 +442,7 @@ def dyn_weight_mm(
     (float32). ``w_transposed``: ``w`` is ``[K, N]`` instead of ``[N, K]``.
     """
     weight = _dut_weight(w, w_transposed, cache_weight, x_q.shape[-1])
-    name = _static_kernel(x_q) if cache_weight and x_q.shape[0] else None
+    name = _static_kernel(x_q.shape[1], x_q) if cache_weight and x_q.shape[0] else None
     if x_q.shape[0] == 0:  # nothing to issue
         acc = x_q.new_zeros((0, weight.q.shape[0]), dtype=torch.int32)
     elif name is not None:  # the fewest layers (host="inductor" calls it once a layer)
@@ -521,14 +521,14 @@ def dyn_linear(
     return y if x.dim() == 2 else y.reshape(_out_shape(x, y.shape[-1]))
 
 
-def _static_kernel(a: Tensor) -> str | None:
-    """The host kernel that multiplies ``a [M, K]`` (activations) by a weight, where it keeps an
+def _static_kernel(k: int, *operands: Tensor) -> str | None:
+    """The host kernel that multiplies activations of K ``k`` (``operands``, where not already
+    checked: :func:`asic_backend.sim.host_gemm.kernel_for`) by a weight, where it keeps an
     operand of the weight (:data:`asic_backend.sim.host_gemm.STATIC_KERNELS`); None where it
     keeps nothing (``float32``, ``float64``) or K takes the exact int64 path."""
-    k = a.shape[1]
     if not numerics.int_mm_applies(k):
         return None
-    name = host_gemm.kernel_for(k, a)
+    name = host_gemm.kernel_for(k, *operands)
     return name if name in host_gemm.STATIC_KERNELS else None
 
 
@@ -560,7 +560,7 @@ def _native_dyn_linear(
     rows, k = x.shape
 
     def prepare() -> tuple[Tensor, Callable[[Tensor], Tensor]] | None:
-        name = _static_kernel(x)
+        name = _static_kernel(k)  # x is plain: host_passes.linear checked it before asking
         key = None if name is None else stamp(w)
         if name is None or key is None:
             return None
