@@ -48,6 +48,7 @@ from asic_backend.lower.rewrite import graph_modules, name_ops
 from asic_backend.notices import AsicHostWarning, say_once
 from asic_backend.ops.fusable import FUSABLE
 from asic_backend.ops.library import call_kernels_directly
+from asic_backend.runtime import CapturedForward, capturing, straight_call
 from asic_backend.sim.config import AsicConfig
 from asic_backend.sim.device import Device, get_device
 from asic_backend.sim.macs import mac_op
@@ -166,15 +167,18 @@ class AsicBackend:
                 )
             return cast(CompiledFn, compiled)
 
+        # Looked up per compile, not at import: the tests read the graph it is handed.
+        forward_compiler = debugging.boxed_nop
+        captured = CapturedForward()
+        if forward_reason is None:  # an inference graph: maybe called straight (runtime.py)
+            forward_compiler = capturing(forward_compiler, captured)
         compiler = aot_autograd(
-            # Looked up per compile, not at import: the tests read the graph it is handed.
-            fw_compiler=_after(options, debugging.boxed_nop, forward_reason, direct=True),
+            fw_compiler=_after(options, forward_compiler, forward_reason, direct=True),
             bw_compiler=_after(options, debugging.boxed_nop, BACKWARD_REASON),
             partition_fn=min_cut_rematerialization_partition,
             keep_inference_input_mutations=True,
         )
-        result: CompiledFn = compiler(gm, example_inputs)
-        return result
+        return straight_call(compiler(gm, example_inputs), captured, len(example_inputs))
 
 
 def _after(
