@@ -20,6 +20,7 @@ torch.Size([4, 32])
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +31,7 @@ from asic_backend.ops.library import dut_op
 from asic_backend.sim import host_gemm, host_passes, numerics
 from asic_backend.sim.device import (
     get_device,
+    record_mm,
     run_bmm_i32,
     run_linear_requant,
     run_mm_i32,
@@ -559,7 +561,7 @@ def _native_dyn_linear(
     5 µs, warm), not a second lookup."""
     rows, k = x.shape
 
-    def prepare() -> tuple[Tensor, Callable[[Tensor], Tensor]] | None:
+    def prepare() -> tuple[Tensor, Callable[[Tensor], Tensor] | host_passes.Int16Gemm] | None:
         name = _static_kernel(k)  # x is plain: host_passes.linear checked it before asking
         key = None if name is None else stamp(w)
         if name is None or key is None:
@@ -569,6 +571,11 @@ def _native_dyn_linear(
             return None  # the general path says so
         operand = _kept_operand(weight, name, rows)
         n, dut = weight.q.shape[0], get_device(device)
+        fused = host_gemm.native_linear_gemm(
+            operand, rows, functools.partial(record_mm, rows, k, n, device=dut)
+        )
+        if fused is not None:
+            return weight.scale, fused
 
         def gemm(q: Tensor) -> Tensor:
             return run_static_mm(q, operand, device=dut, out=scratch_i32(rows, n))

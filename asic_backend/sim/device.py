@@ -416,8 +416,16 @@ def run_static_mm(
     _check_device(device)
     acc = host_gemm.static_mm(a_q, w, out=out)
     m, k = a_q.shape
-    device.record_gemm(device.gemm_cost(m, k, acc.shape[1], ACC_BYTES))
+    record_mm(m, k, acc.shape[1], device=device)
     return acc
+
+
+def record_mm(m: int, k: int, n: int, *, device: Device) -> None:
+    """Record an int32-out GEMM ``[M, K] · [K, N]`` on ``device``, for a caller that computed
+    it itself, inside a fused native call (:func:`asic_backend.sim.host_passes.linear` by an
+    ``int16``-packed weight): what :func:`run_static_mm` records."""
+    _check_device(device)
+    device.record_gemm(device.gemm_cost(m, k, n, ACC_BYTES))
 
 
 def run_bmm_i32(

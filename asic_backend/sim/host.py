@@ -16,7 +16,15 @@ import threading
 
 import torch
 
-__all__ = ["SCRATCH_OPERAND_MAX_BYTES", "cpu_flags", "operand", "plain", "scratch"]
+__all__ = [
+    "INT16_A16_SLOT",
+    "INT16_PACK_SLOT",
+    "SCRATCH_OPERAND_MAX_BYTES",
+    "cpu_flags",
+    "operand",
+    "plain",
+    "scratch",
+]
 
 
 @functools.cache
@@ -95,6 +103,10 @@ _scratch = _Scratch()
 #: The largest operand :func:`operand` puts in a reused buffer: 64 MiB a slot (a decode step's V
 #: at 32 heads × 4096 keys × 128 in float32); a larger one would be kept for the thread's life.
 SCRATCH_OPERAND_MAX_BYTES = 64 << 20
+#: :func:`operand`'s slots of the ``int16`` kernel: its widened activations (filled by its GEMM,
+#: or by the fused linear of :mod:`asic_backend.sim.host_passes`), and an operand packed for one
+#: call.
+INT16_A16_SLOT, INT16_PACK_SLOT = 2, 3
 
 
 def operand(shape: tuple[int, ...], dtype: torch.dtype, slot: int) -> torch.Tensor:

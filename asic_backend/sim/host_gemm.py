@@ -43,12 +43,12 @@ import contextlib
 import functools
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import torch
 
-from asic_backend.sim import int16_gemm
+from asic_backend.sim import host_passes, int16_gemm
 from asic_backend.sim.host import cpu_flags, operand, plain, scratch
 from asic_backend.sim.tensor_cache import new_cache, stamp
 
@@ -71,6 +71,7 @@ __all__ = [
     "kernel",
     "kernel_for",
     "mm_i32",
+    "native_linear_gemm",
     "one_gemm_is_exact",
     "scratch",
     "scratch_i32",
@@ -231,6 +232,20 @@ def static_operand(name: str, w_q: torch.Tensor, rows: int) -> StaticOperand:
     if name == "int16":
         return StaticOperand(name, _packed(w_q))
     raise ValueError(f"asic: the {name} kernel keeps no static operand; {STATIC_KERNELS} do")
+
+
+def native_linear_gemm(
+    w: StaticOperand, rows: int, record: Callable[[], None]
+) -> host_passes.Int16Gemm | None:
+    """The GEMM of ``rows`` rows by the kept operand ``w`` as
+    :func:`asic_backend.sim.host_passes.linear` runs it inside its own native call, where
+    ``w``'s kernel is native (``int16``), with ``record`` recording it on the device; None where
+    the GEMM is torch's (``int_mm``: :func:`static_mm`)."""
+    if not isinstance(w.data, int16_gemm.Packed):
+        return None
+    packed = w.data
+    threads = int16_gemm.gemm_threads(rows * packed.n * packed.k)
+    return host_passes.Int16Gemm(packed.data, packed.n, packed.k, threads, record)
 
 
 def static_mm(

@@ -196,6 +196,42 @@ int64_t asic_quantize_sym_cols_f32(const float *x, int64_t batch, int64_t rows, 
 SCALE_ROWS(asic_scale_i32, int32_t)
 SCALE_ROWS(asic_scale_f32, float)
 
+/* The int16 kernel's GEMM of activations already widened (int16_gemm.c). */
+int64_t asic_int16_gemm_a16(const int16_t *a16, int64_t m, int64_t k, const int8_t *packed,
+                            int64_t n, int32_t *out, int64_t ldo, int threads);
+
+/* A dynamic int8 linear by a weight packed for the int16 kernel, in one call: each row of x
+ * (float32, m x k, rows x_stride apart) quantized as asic_quantize_sym_f32 quantizes it, its
+ * scale into x_scale[m] and its values straight into a16 (m x even(k) int16: the kernel's
+ * widened activations, with no int8 copy to widen again); the GEMM into acc (m x n int32); and
+ * y = acc * x_scale[i] * w_scale[j * w_step] (+ bias[j]), as asic_scale_i32 computes it. The
+ * values are those of the three steps apart. Returns the number of rows holding inf or NaN,
+ * with nothing done after the quantization (the caller takes its general path), or -1 where
+ * the build has no int16 kernel. */
+int64_t asic_linear_int16(const float *x, int64_t m, int64_t k, int64_t x_stride,
+                          const int8_t *packed, int64_t n, const float *w_scale, int64_t w_step,
+                          const float *bias, float eps, float *x_scale, int16_t *a16,
+                          int32_t *acc, float *y, int q_threads, int gemm_threads,
+                          int scale_threads) {
+    const int64_t kp = (k + 1) & ~(int64_t)1;
+    int64_t bad = 0;
+#pragma omp parallel for num_threads(q_threads) reduction(+ : bad) if (q_threads > 1)
+    for (int64_t r = 0; r < m; r++) {
+        const float *row = x + r * x_stride;
+        int16_t *q = a16 + r * kp;
+        if (sym_scale(row, k, eps, x_scale + r)) {
+            bad++;
+            continue;
+        }
+        const float recip = 1.0f / x_scale[r];
+        for (int64_t i = 0; i < k; i++) q[i] = (int16_t)(int32_t)quantized(row[i], recip);
+    }
+    if (bad) return bad;
+    if (asic_int16_gemm_a16(a16, m, k, packed, n, acc, n, gemm_threads)) return -1;
+    asic_scale_i32(acc, m, n, x_scale, 1, w_scale, w_step, 0, bias, 0, 1, y, scale_threads);
+    return 0;
+}
+
 /* A depthwise 2-D convolution with its quantization and rescale fused, a plane at a time: x
  * float32 [n, c, h, w] (contiguous) is quantized per sample as asic_quantize_sym_f32 does it
  * (scales into x_scale[n]), each plane into a zero-padded buffer, convolved with its channel's

@@ -53,13 +53,14 @@ from typing import Any, NamedTuple
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from asic_backend.sim.host import cpu_flags, plain
+from asic_backend.sim.host import INT16_A16_SLOT, cpu_flags, operand, plain, scratch
 
 __all__ = [
     "DEPTHWISE_MAX_TAPS",
     "ENV_VAR",
     "MODES",
     "PARALLEL_MIN_NUMEL",
+    "Int16Gemm",
     "build_detail",
     "built",
     "depthwise_conv",
@@ -117,6 +118,7 @@ class _Native(NamedTuple):
     int16_pack: Callable[..., Any]
     int16_pack_conv: Callable[..., Any]
     int16_gemm: Callable[..., Any]
+    linear_int16: Callable[..., Any]
     built_with: str
 
 
@@ -197,11 +199,28 @@ def quantize_sym(
     return _quantize(native, x, q, eps)
 
 
+class Int16Gemm(NamedTuple):
+    """A linear's GEMM by a weight packed for the ``int16`` kernel
+    (:func:`asic_backend.sim.int16_gemm.pack`), which :func:`linear` runs inside its own native
+    call, between the quantization and the rescale."""
+
+    #: The packing's bytes, of a weight ``[n, k]``.
+    packed: torch.Tensor
+    n: int
+    k: int
+    #: The threads the kernel shares the GEMM among.
+    threads: int
+    #: Records the GEMM on the device, once it ran.
+    record: Callable[[], None]
+
+
 def linear(
     x: torch.Tensor,
     bias: torch.Tensor | None,
     eps: float,
-    prepare: Callable[[], tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]] | None],
+    prepare: Callable[
+        [], tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor] | Int16Gemm] | None
+    ],
 ) -> torch.Tensor | None:
     """A dynamic int8 linear's host passes around its GEMM, each operand checked once:
     :func:`quantize_sym` of ``x`` (int8), the GEMM, then :func:`scale_rows` by the rows'
@@ -209,8 +228,10 @@ def linear(
     ``prepare()``, called once ``x`` passes (so a declined call spares the caller's weight
     lookups), gives the weight's float32 scales (``[N]``, or one for all) and the GEMM:
     ``gemm(q)`` is the int32 ``[M, N]`` of the int8 ``q`` (contiguous, or float32 holding those
-    values). None, without calling ``gemm``, where they do not apply, or where ``prepare``
-    gives None: the caller runs its general path, with the same values.
+    values), or an :class:`Int16Gemm`: then the three steps are one native call, the
+    quantization writing the kernel's widened activations itself. None, without calling
+    ``gemm``, where they do not apply, or where ``prepare`` gives None: the caller runs its
+    general path, with the same values.
 
     A decode step runs one linear after another, each streaming its weight through the CPU's
     caches, so each Python object and each torch function a linear touches on the way is a
@@ -224,6 +245,8 @@ def linear(
     w_step = _step(w_scale, n, (n,)) if n >= 0 else None
     if w_step is None or (bias is not None and not _f32(bias, (n,))):
         return None
+    if isinstance(gemm, Int16Gemm):
+        return _linear_int16(native, x, gemm, w_scale, w_step, bias, eps)
     quantized = _quantize(native, x, torch.empty(x.shape, dtype=torch.int8), eps)
     if quantized is None:
         return None
@@ -234,6 +257,51 @@ def linear(
         raise TypeError(f"asic: a linear's GEMM gave {acc.dtype} {list(acc.shape)}")
     y = torch.empty(acc.shape, dtype=torch.float32)
     _scale(run, acc, x_scale, 1, w_scale, w_step, 0, bias, y)
+    return y
+
+
+def _linear_int16(
+    native: _Native,
+    x: torch.Tensor,
+    gemm: Int16Gemm,
+    w_scale: torch.Tensor,
+    w_step: int,
+    bias: torch.Tensor | None,
+    eps: float,
+) -> torch.Tensor | None:
+    """:func:`linear` by an ``int16``-packed weight, its operands checked: one native call
+    (``asic_linear_int16``), so a decode step's linear touches one Python frame and one foreign
+    call where the steps apart took three of each, and the activations are never written as
+    int8 to be widened again. None for a row of inf or NaN, the GEMM not run."""
+    rows, k = x.shape
+    if gemm.k != k or gemm.n != w_scale.shape[0] or not native.int16_available:
+        return None
+    x_scale = torch.empty((rows, 1), dtype=torch.float32)
+    a16 = operand((rows * (k + k % 2),), torch.int16, INT16_A16_SLOT)
+    acc = scratch((rows, gemm.n), torch.int32)
+    y = torch.empty((rows, gemm.n), dtype=torch.float32)
+    bad = native.linear_int16(
+        x.data_ptr(),
+        rows,
+        k,
+        x.stride(0),
+        gemm.packed.data_ptr(),
+        gemm.n,
+        w_scale.data_ptr(),
+        w_step,
+        None if bias is None else bias.data_ptr(),
+        eps,
+        x_scale.data_ptr(),
+        a16.data_ptr(),
+        acc.data_ptr(),
+        y.data_ptr(),
+        _threads(x.numel()),
+        gemm.threads,
+        _threads(y.numel()),
+    )
+    if bad:
+        return None
+    gemm.record()
     return y
 
 
@@ -710,6 +778,22 @@ def _load(path: Path, built_with: str) -> _Native:
     gemm = lib.asic_int16_gemm
     gemm.argtypes = [_P, _I64, _I64, _I64, _P, _I64, _P, _I64, _P, _INT]
     gemm.restype = _I64
+    linear_int16 = lib.asic_linear_int16
+    linear_int16.argtypes = [
+        _P,
+        _I64,
+        _I64,
+        _I64,
+        _P,
+        _I64,
+        _P,
+        _I64,
+        _P,
+        ctypes.c_float,
+        *[_P] * 4,
+        *[_INT] * 3,
+    ]
+    linear_int16.restype = _I64
     return _Native(
         quantize,
         quantize_cols,
@@ -721,5 +805,6 @@ def _load(path: Path, built_with: str) -> _Native:
         pack,
         pack_conv,
         gemm,
+        linear_int16,
         built_with,
     )

@@ -240,20 +240,18 @@ static inline __attribute__((always_inline)) void tile(const int16_t *a16, int64
 }
 #endif
 
-/* out (m x n int32, rows ldo apart) = a (m x k int8, rows lda apart) . packed^T; a16: the
- * caller's buffer of m * even(k) int16. Returns 0, or 1 where this build has no kernel. */
-int64_t asic_int16_gemm(const int8_t *a, int64_t m, int64_t k, int64_t lda, const int8_t *packed,
-                        int64_t n, int32_t *out, int64_t ldo, int16_t *a16, int threads) {
+/* out (m x n int32, rows ldo apart) = a16 (m x kp int16, kp = even(k) a row: the activations
+ * widened, an odd K's last value anything) . packed^T. Returns 0, or 1 where this build has no
+ * kernel. For a caller that widens the activations itself (host_passes.c quantizes straight
+ * into them). */
+int64_t asic_int16_gemm_a16(const int16_t *a16, int64_t m, int64_t k, const int8_t *packed,
+                            int64_t n, int32_t *out, int64_t ldo, int threads) {
 #if defined(__AVX2__)
     int64_t kp = even(k), panels = (n + PANEL - 1) / PANEL;
     if (k == 0) { /* an empty sum */
         for (int64_t i = 0; i < m; i++) memset(out + i * ldo, 0, (size_t)n * sizeof(int32_t));
         return 0;
     }
-    /* An odd K's last pair is left as it is: its weight half is 0, so any value multiplies to 0. */
-#pragma omp parallel for num_threads(threads) if (threads > 1 && m * kp >= (1 << 16))
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t kk = 0; kk < k; kk++) a16[i * kp + kk] = a[i * lda + kk];
     int64_t group = GROUP_BYTES / (kp * PANEL);
     if (group < 1) group = 1;
     int64_t groups = (panels + group - 1) / group, blocks = (m + ROWS - 1) / ROWS;
@@ -281,6 +279,23 @@ int64_t asic_int16_gemm(const int8_t *a, int64_t m, int64_t k, int64_t lda, cons
         }
     }
     return 0;
+#else
+    (void)a16, (void)m, (void)k, (void)packed, (void)n, (void)out, (void)ldo, (void)threads;
+    return 1;
+#endif
+}
+
+/* out (m x n int32, rows ldo apart) = a (m x k int8, rows lda apart) . packed^T; a16: the
+ * caller's buffer of m * even(k) int16. Returns 0, or 1 where this build has no kernel. */
+int64_t asic_int16_gemm(const int8_t *a, int64_t m, int64_t k, int64_t lda, const int8_t *packed,
+                        int64_t n, int32_t *out, int64_t ldo, int16_t *a16, int threads) {
+#if defined(__AVX2__)
+    int64_t kp = even(k);
+    /* An odd K's last pair is left as it is: its weight half is 0, so any value multiplies to 0. */
+#pragma omp parallel for num_threads(threads) if (threads > 1 && m * kp >= (1 << 16))
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t kk = 0; kk < k; kk++) a16[i * kp + kk] = a[i * lda + kk];
+    return asic_int16_gemm_a16(a16, m, k, packed, n, out, ldo, threads);
 #else
     (void)a, (void)m, (void)k, (void)lda, (void)packed, (void)n, (void)out, (void)ldo, (void)a16;
     (void)threads;

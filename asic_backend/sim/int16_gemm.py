@@ -27,16 +27,22 @@ from typing import Any, NamedTuple
 import torch
 
 from asic_backend.sim import host_passes
-from asic_backend.sim.host import operand
+from asic_backend.sim.host import INT16_A16_SLOT, INT16_PACK_SLOT, operand
 
-__all__ = ["Packed", "available", "conv_input", "mm", "pack", "pack_conv", "unavailable_reason"]
+__all__ = [
+    "Packed",
+    "available",
+    "conv_input",
+    "gemm_threads",
+    "mm",
+    "pack",
+    "pack_conv",
+    "unavailable_reason",
+]
 
 #: From this much work on (multiply-adds, or values packed), a call shares it among torch's
 #: threads.
 PARALLEL_MIN_MACS = 1 << 18
-#: :func:`asic_backend.sim.host.operand`'s slots: the widened activations, and an operand packed
-#: for one call (:func:`pack` with ``reuse``, :func:`pack_conv`).
-_A16_SLOT, _PACK_SLOT = 2, 3
 #: Readable bytes :func:`pack_conv` needs before and after a padded input (it reads 32 at a time).
 MARGIN = 32
 
@@ -92,10 +98,12 @@ def pack(w_q: torch.Tensor, *, reuse: bool = False) -> Packed:
     _check_int8("a weight", w_q)
     n, k = w_q.shape
     size = (int(lib.int16_packed_bytes(n, k)),)
-    data = operand(size, torch.int8, _PACK_SLOT) if reuse else torch.empty(size, dtype=torch.int8)
+    data = (
+        operand(size, torch.int8, INT16_PACK_SLOT) if reuse else torch.empty(size, dtype=torch.int8)
+    )
     if n and k:
         lib.int16_pack(
-            w_q.data_ptr(), n, k, w_q.stride(0), w_q.stride(1), data.data_ptr(), _threads(n * k)
+            w_q.data_ptr(), n, k, w_q.stride(0), w_q.stride(1), data.data_ptr(), gemm_threads(n * k)
         )
     return Packed(data, n, k)
 
@@ -147,7 +155,7 @@ def pack_conv(
         )
     oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wp - dw * (kw - 1) - 1) // sw + 1
     n, k = oh * ow, c * kh * kw
-    data = operand((int(lib.int16_packed_bytes(n, k)),), torch.int8, _PACK_SLOT)
+    data = operand((int(lib.int16_packed_bytes(n, k)),), torch.int8, INT16_PACK_SLOT)
     if not k:  # no channels: an empty sum, whose GEMM writes zeros
         return Packed(data, n, k)
     failed = lib.int16_pack_conv(
@@ -164,7 +172,7 @@ def pack_conv(
         oh,
         ow,
         data.data_ptr(),
-        _threads(n * k),
+        gemm_threads(n * k),
     )
     if failed:
         raise MemoryError(f"asic: the int16 conv packing could not allocate {k} offsets")
@@ -191,7 +199,7 @@ def mm(a_q: torch.Tensor, w: Packed, *, out: torch.Tensor | None = None) -> torc
     if m and w.n:  # K = 0: the kernel writes zeros
         a = a_q if a_q.stride(1) == 1 else a_q.contiguous()
         # Each row widened to K rounded up to even (int16_gemm.c's pairs).
-        a16 = operand((m * (k + k % 2),), torch.int16, _A16_SLOT)
+        a16 = operand((m * (k + k % 2),), torch.int16, INT16_A16_SLOT)
         lib.int16_gemm(
             a.data_ptr(),
             m,
@@ -202,12 +210,13 @@ def mm(a_q: torch.Tensor, w: Packed, *, out: torch.Tensor | None = None) -> torc
             result.data_ptr(),
             result.stride(0),
             a16.data_ptr(),
-            _threads(m * w.n * k),
+            gemm_threads(m * w.n * k),
         )
     if out is not None and result is not out:
         return out.copy_(result)
     return result
 
 
-def _threads(work: int) -> int:
-    return torch.get_num_threads() if work >= PARALLEL_MIN_MACS else 1
+def gemm_threads(macs: int) -> int:
+    """The threads a GEMM of ``macs`` multiply-adds (or a packing of as many values) shares."""
+    return torch.get_num_threads() if macs >= PARALLEL_MIN_MACS else 1

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from asic_backend.ops.linear import F32_EPS, quantize_sym_rows
-from asic_backend.sim import host_passes, numerics
+from asic_backend.sim import host_passes, int16_gemm, numerics
 from tests.asic import golden
 
 MODES = pytest.mark.parametrize("mode", host_passes.MODES)
@@ -654,6 +654,74 @@ def test_what_a_linears_passes_do_not_take_never_runs_the_gemm(what: str) -> Non
     # found by the quantization's own pass, after it.
     x_alone = {"bfloat16", "3-D", "one value a row", "column-major", "no rows", "aten passes"}
     assert calls == ([] if what in x_alone else ["prepare"])
+
+
+def _int16_prepared(w_q: torch.Tensor, w_scale: torch.Tensor, calls: list[str]):  # type: ignore[no-untyped-def]
+    """``_prepared`` with the GEMM as an :class:`host_passes.Int16Gemm`: run inside
+    ``host_passes.linear``'s own native call, recorded through its ``record``."""
+    packed = int16_gemm.pack(w_q)
+    threads = int16_gemm.gemm_threads(1 << 20)
+
+    def prepare():  # type: ignore[no-untyped-def]
+        calls.append("prepare")
+        record = lambda: calls.append("record")  # noqa: E731
+        return w_scale, host_passes.Int16Gemm(packed.data, packed.n, packed.k, threads, record)
+
+    return prepare
+
+
+INT16 = pytest.mark.skipif(not int16_gemm.available(), reason=int16_gemm.unavailable_reason())
+
+
+@INT16
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize(
+    ("rows", "k", "n"), [(1, 256, 24), (7, 256, 24), (300, 256, 24), (5, 256, 1), (9, 33, 17)]
+)
+def test_a_linear_by_an_int16_packed_weight_is_one_call_with_the_steps_apart_bits(
+    rows: int, k: int, n: int, bias: bool, threads: int
+) -> None:
+    """Quantized straight into the kernel's int16 activations, multiplied and rescaled in one
+    native call: the bits of the passes around a GEMM apart, and the aten kernels' (odd K:
+    the kernel's last pair half padding; 9 rows of 17 columns: more than a micro-tile and a
+    panel), the GEMM recorded once."""
+    g = torch.Generator().manual_seed(rows * k)
+    x = torch.randn(rows, k, generator=g) * 3
+    w_q = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=g)
+    w_q[0, :2] = -128  # the extremes: -128 · -128 products
+    x[0, 0] = -x.abs().max()  # a row whose -128 meets them
+    w_scale = torch.rand(n, generator=g) * 1e-2
+    b = torch.randn(n, generator=g) if bias else None
+    calls: list[str] = []
+    apart_calls: list[str] = []
+    with torch_threads(threads):
+        y = host_passes.linear(x, b, F32_EPS, _int16_prepared(w_q, w_scale, calls))
+        apart = host_passes.linear(x, b, F32_EPS, _prepared(w_q, w_scale, apart_calls))
+        with host_passes.forced("aten"):
+            q_aten, s_aten = quantize_sym_rows(x)
+            aten = numerics.dequantize_acc(numerics.linear_i32(q_aten, w_q), s_aten, w_scale, b)
+    assert calls == ["prepare", "record"]
+    assert y is not None
+    assert apart is not None
+    assert y.shape == (rows, n)
+    assert torch.equal(y, apart)
+    assert torch.equal(y, aten)
+
+
+@INT16
+@pytest.mark.parametrize("what", ["a row of inf", "a row of nan", "a packing of another K"])
+def test_what_an_int16_linear_does_not_take_never_records_its_gemm(what: str) -> None:
+    x, w_q = torch.randn(4, 30), torch.ones(6, 30, dtype=torch.int8)
+    if what == "a row of inf":
+        x[1, 3] = float("inf")
+    elif what == "a row of nan":
+        x[3, 0] = float("nan")
+    else:
+        w_q = torch.ones(6, 32, dtype=torch.int8)
+    calls: list[str] = []
+    assert host_passes.linear(x, None, F32_EPS, _int16_prepared(w_q, torch.rand(6), calls)) is None
+    assert calls == ["prepare"]
 
 
 def test_a_linears_gemm_of_another_shape_is_an_error() -> None:

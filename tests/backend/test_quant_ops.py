@@ -378,7 +378,16 @@ def _general_path(*args: Any) -> torch.Tensor:
 @pytest.mark.parametrize("transposed", [False, True], ids=["nk", "kn"])
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
 @pytest.mark.parametrize(
-    ("shape", "n"), [((1, 40), 24), ((7, 40), 24), ((300, 256), 24), ((2, 3, 40), 24), ((5, 40), 1)]
+    ("shape", "n"),
+    [
+        ((1, 40), 24),
+        ((7, 40), 24),
+        ((300, 256), 24),
+        ((2, 3, 40), 24),
+        ((5, 40), 1),
+        ((3, 41), 20),  # odd K: the int16 kernel's last pair is half padding
+        ((9, 33), 17),  # more rows than a micro-tile, a panel and one column
+    ],
 )
 @pytest.mark.parametrize("kernel", STATIC_KERNELS)
 def test_a_kept_weights_linear_takes_the_native_path_with_the_general_paths_bits_and_counts(
@@ -480,7 +489,7 @@ def test_the_inductor_hosts_gemm_refuses_activations_that_are_not_int8(
         "K past INT_MM_MAX_K",
         "bfloat16 activations",
         "a bfloat16 bias",
-        "a row of inf",
+        *(f"a row of inf ({kernel})" for kernel in STATIC_KERNELS),
         "no rows",
         "the aten passes",
     ],
@@ -504,7 +513,8 @@ def test_what_the_native_linear_does_not_take_runs_the_general_path(
         x = x.bfloat16()
     elif what == "a bfloat16 bias":
         b = b.bfloat16()
-    elif what == "a row of inf":
+    elif what.startswith("a row of inf"):
+        kernel = what.split("(")[1].rstrip(")")  # int16: inside its one native call
         x[2, 7] = float("inf")
     elif what == "no rows":
         x = x[:0]
