@@ -178,7 +178,7 @@ class AsicBackend:
             partition_fn=min_cut_rematerialization_partition,
             keep_inference_input_mutations=True,
         )
-        return straight_call(compiler(gm, example_inputs), captured, len(example_inputs))
+        return straight_call(compiler(gm, example_inputs), captured, example_inputs)
 
 
 def _after(

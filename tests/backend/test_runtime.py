@@ -23,11 +23,17 @@ from .models import MLP
 
 @dataclass
 class Compiled:
-    """One graph's compile as the backend saw it: how often AOTAutograd's function ran, and
-    whether the backend handed Dynamo a straight call."""
+    """One graph's calls as the backend saw them: all of them, and those that went through
+    AOTAutograd's runtime wrappers."""
 
-    straight: bool = False
+    calls: int = 0
     aot_calls: int = 0
+
+    @property
+    def straight(self) -> bool:
+        """Called straight from its second call on (only the first went through the
+        wrappers)."""
+        return self.calls > 1 and self.aot_calls == 1
 
 
 @dataclass
@@ -37,11 +43,11 @@ class Calls:
 
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> Calls:
-    """Every graph the backend compiles in the test, with a count of the calls that went
+    """Every graph the backend compiles in the test, with its calls and those that went
     through AOTAutograd's runtime wrappers."""
     seen = Calls()
 
-    def spy(aot_fn: Callable[..., Any], captured: runtime.CapturedForward, arity: int) -> Any:
+    def spy(aot_fn: Callable[..., Any], captured: runtime.CapturedForward, inputs: Any) -> Any:
         graph = Compiled()
         seen.graphs.append(graph)
 
@@ -49,9 +55,13 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Calls:
             graph.aot_calls += 1
             return aot_fn(*args)
 
-        result = runtime.straight_call(counted, captured, arity)
-        graph.straight = result is not counted
-        return result
+        result = runtime.straight_call(counted, captured, inputs)
+
+        def call(*args: Any) -> Any:
+            graph.calls += 1
+            return result(*args)
+
+        return call
 
     monkeypatch.setattr(asic_backend.backend, "straight_call", spy)
     return seen
@@ -98,15 +108,24 @@ def test_grad_mode_on_without_inputs_that_require_grad(calls: Calls, device: Dev
     assert out.grad_fn is None
 
 
-def test_dynamic_shapes_pass_their_sizes_straight(calls: Calls, device: Device) -> None:
+def test_dynamic_outputs_keep_the_wrappers_that_mark_them_for_the_next_graph(
+    calls: Calls,
+) -> None:
+    """The wrappers mark an output's dynamic dims, so a compiled function it feeds compiles
+    once for all sizes (a straight call left it compiling twice)."""
+    graphs: list[int] = []
     model = MLP().eval()
-    compiled = torch.compile(model, backend="asic", dynamic=True, fullgraph=True)
+    first = torch.compile(model, backend="asic", dynamic=True, fullgraph=True)
+    second = torch.compile(
+        lambda y: y.sin(), backend=lambda gm, ex: (graphs.append(1), gm.forward)[1]
+    )
     with torch.no_grad():
         for rows in (3, 5, 9):
-            x = torch.randn(rows, 64)
-            assert compiled(x).shape == (rows, 32)
-    assert [g.straight for g in calls.graphs] == [True]
-    assert sum(g.aot_calls for g in calls.graphs) == 1
+            assert first(torch.randn(rows, 64)).shape == (rows, 32)
+        for rows in (11, 13):
+            second(first(torch.randn(rows, 64)))
+    assert [g.straight for g in calls.graphs] == [False]
+    assert len(graphs) == 1
 
 
 class _ViewOfInput(nn.Module):
@@ -182,7 +201,8 @@ def test_a_live_autograd_graph_keeps_the_wrappers(calls: Calls) -> None:
     compiled = torch.compile(model, backend="asic")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", AsicHostWarning)
-        compiled(torch.randn(4, 64)).sum().backward()
+        for _ in range(2):
+            compiled(torch.randn(4, 64)).sum().backward()
     assert [g.straight for g in calls.graphs] == [False]
     assert model.fc1.weight.grad is not None
 
@@ -201,3 +221,58 @@ def test_a_tensor_subclass_input_keeps_the_wrappers(calls: Calls) -> None:
     assert [g.straight for g in calls.graphs] == [False]
     assert isinstance(out, TwoTensor)
     assert torch.equal(out.b, torch.full((3,), 4.0))
+
+
+class _Scaled(torch.Tensor):
+    """A tensor subclass of one inner tensor, whose value is ``data · scale``: unwrapped, its
+    graph has as many arguments as the plain one."""
+
+    @staticmethod
+    def __new__(cls, data: torch.Tensor, scale: float) -> _Scaled:
+        return torch.Tensor._make_wrapper_subclass(cls, data.shape, dtype=data.dtype)  # type: ignore[attr-defined,no-any-return]
+
+    def __init__(self, data: torch.Tensor, scale: float) -> None:
+        self.data_, self.scale = data, scale
+
+    def __tensor_flatten__(self) -> tuple[list[str], tuple[float]]:
+        return ["data_"], (self.scale,)
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict[str, torch.Tensor], meta: Any, *_: Any) -> _Scaled:
+        return _Scaled(inner["data_"], meta[0])
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        def value(t: Any) -> Any:
+            return t.data_ * t.scale if isinstance(t, _Scaled) else t
+
+        tree_map = torch.utils._pytree.tree_map
+        return func(*tree_map(value, args), **tree_map(value, kwargs or {}))
+
+
+def test_a_subclass_of_one_inner_tensor_keeps_the_wrappers(calls: Calls) -> None:
+    """Its inner graph takes as many arguments as the subclass's, and AOTAutograd's metadata is
+    the inner one's: the first call tells, and keeps the wrappers that unwrap it."""
+
+    def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x + y
+
+    compiled = torch.compile(add, backend="asic", fullgraph=True)
+    with torch.no_grad():
+        results = [compiled(_Scaled(torch.full((2,), 3.0), 3.0), torch.ones(2)) for _ in range(3)]
+    assert [g.straight for g in calls.graphs] == [False]
+    assert [r.tolist() for r in results] == [[10.0, 10.0]] * 3
+
+
+def test_a_subclass_made_in_the_graph_keeps_the_wrappers(calls: Calls) -> None:
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    def make(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return TwoTensor(x * 2, y * 3)
+
+    compiled = torch.compile(make, backend="asic", fullgraph=True)
+    with torch.no_grad():
+        outs = [compiled(torch.ones(2), torch.ones(2)) for _ in range(3)]
+    assert [g.straight for g in calls.graphs] == [False]
+    assert all(isinstance(out, TwoTensor) for out in outs)
+    assert torch.equal(outs[-1].b, torch.full((2,), 3.0))
