@@ -7,7 +7,8 @@ that alias inputs, mark outputs' dynamic dims for the next graph, and turn autoc
 mode off around the graph (``torch/_functorch/_aot_autograd/runtime_wrappers.py``). For the
 graph of most inference models none of that applies, yet the layers cost a dozen Python frames
 a call: 4 to 6 µs warm, 30 to 50 µs with the caches cold as a model's other layers leave them
-(an 8-token MLP 2048 → 8192 → 2048, two threads: about 1% of its DUT time).
+(an 8-token MLP 2048 → 8192 → 2048, two threads, AVX-512 VNNI host: about 1% of its DUT
+time).
 
 So where :func:`needs_no_wrappers` finds, in the metadata AOTAutograd traced, that every layer
 would pass its call through untouched, the backend hands Dynamo :func:`straight_call` instead:

@@ -549,8 +549,9 @@ def _native_dyn_linear(
 ) -> Tensor | None:
     """:func:`dyn_linear` of a 2-D ``x`` by a kept weight in its fewest steps: the native
     quantization and rescale around the GEMM on the operand the weight keeps for the host
-    kernel (:func:`asic_backend.sim.host_passes.linear`, :func:`run_static_mm`). None where
-    they do not apply: the general path, the same values.
+    kernel (:func:`asic_backend.sim.host_passes.linear`, :func:`run_static_mm`; with ``int16``,
+    the three in one native call: :func:`asic_backend.sim.host_gemm.native_linear_gemm`). None
+    where they do not apply: the general path, the same values.
 
     The general path asks its questions again at each layer (the passes' checks, the weight's
     caches, the kernel), and at decode shapes, with the CPU's caches cold from the layers

@@ -416,7 +416,7 @@ def run_static_mm(
     _check_device(device)
     acc = host_gemm.static_mm(a_q, w, out=out)
     m, k = a_q.shape
-    record_mm(m, k, acc.shape[1], device=device)
+    _record_mm(device, m, k, acc.shape[1])
     return acc
 
 
@@ -425,6 +425,10 @@ def record_mm(m: int, k: int, n: int, *, device: Device) -> None:
     it itself, inside a fused native call (:func:`asic_backend.sim.host_passes.linear` by an
     ``int16``-packed weight): what :func:`run_static_mm` records."""
     _check_device(device)
+    _record_mm(device, m, k, n)
+
+
+def _record_mm(device: Device, m: int, k: int, n: int) -> None:
     device.record_gemm(device.gemm_cost(m, k, n, ACC_BYTES))
 
 

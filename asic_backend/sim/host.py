@@ -17,10 +17,10 @@ import threading
 import torch
 
 __all__ = [
-    "INT16_A16_SLOT",
     "INT16_PACK_SLOT",
     "SCRATCH_OPERAND_MAX_BYTES",
     "cpu_flags",
+    "int16_activations",
     "operand",
     "plain",
     "scratch",
@@ -103,9 +103,8 @@ _scratch = _Scratch()
 #: The largest operand :func:`operand` puts in a reused buffer: 64 MiB a slot (a decode step's V
 #: at 32 heads × 4096 keys × 128 in float32); a larger one would be kept for the thread's life.
 SCRATCH_OPERAND_MAX_BYTES = 64 << 20
-#: :func:`operand`'s slots of the ``int16`` kernel: its widened activations (filled by its GEMM,
-#: or by the fused linear of :mod:`asic_backend.sim.host_passes`), and an operand packed for one
-#: call.
+#: :func:`operand`'s slots of the ``int16`` kernel: its widened activations
+#: (:func:`int16_activations`), and an operand packed for one call.
 INT16_A16_SLOT, INT16_PACK_SLOT = 2, 3
 
 
@@ -118,3 +117,10 @@ def operand(shape: tuple[int, ...], dtype: torch.dtype, slot: int) -> torch.Tens
     if math.prod(shape) * dtype.itemsize > SCRATCH_OPERAND_MAX_BYTES:
         return torch.empty(shape, dtype=dtype)
     return scratch(shape, dtype, slot)
+
+
+def int16_activations(rows: int, k: int) -> torch.Tensor:
+    """The ``int16`` kernel's widened activations for ``rows`` rows of K ``k``, each row K
+    rounded up to even (``int16_gemm.c``'s pairs): this thread's reused buffer, filled by the
+    kernel's GEMM or by the fused linear of :mod:`asic_backend.sim.host_passes`."""
+    return operand((rows * (k + k % 2),), torch.int16, INT16_A16_SLOT)

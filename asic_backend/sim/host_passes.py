@@ -53,7 +53,7 @@ from typing import Any, NamedTuple
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from asic_backend.sim.host import INT16_A16_SLOT, cpu_flags, operand, plain, scratch
+from asic_backend.sim.host import cpu_flags, int16_activations, plain, scratch
 
 __all__ = [
     "DEPTHWISE_MAX_TAPS",
@@ -277,7 +277,7 @@ def _linear_int16(
     if gemm.k != k or gemm.n != w_scale.shape[0] or not native.int16_available:
         return None
     x_scale = torch.empty((rows, 1), dtype=torch.float32)
-    a16 = operand((rows * (k + k % 2),), torch.int16, INT16_A16_SLOT)
+    a16 = int16_activations(rows, k)
     acc = scratch((rows, gemm.n), torch.int32)
     y = torch.empty((rows, gemm.n), dtype=torch.float32)
     bad = native.linear_int16(

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 import torch
 
 from asic_backend.sim import host_passes
-from asic_backend.sim.host import INT16_A16_SLOT, INT16_PACK_SLOT, operand
+from asic_backend.sim.host import INT16_PACK_SLOT, int16_activations, operand
 
 __all__ = [
     "Packed",
@@ -198,8 +198,7 @@ def mm(a_q: torch.Tensor, w: Packed, *, out: torch.Tensor | None = None) -> torc
         result = torch.empty((m, w.n), dtype=torch.int32)
     if m and w.n:  # K = 0: the kernel writes zeros
         a = a_q if a_q.stride(1) == 1 else a_q.contiguous()
-        # Each row widened to K rounded up to even (int16_gemm.c's pairs).
-        a16 = operand((m * (k + k % 2),), torch.int16, INT16_A16_SLOT)
+        a16 = int16_activations(m, k)
         lib.int16_gemm(
             a.data_ptr(),
             m,
