@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _pytest import pytester as _pytester
 
-from tests import gc_freeze, threads
+from tests import gc_freeze, threads, zygote
 
 # pytester restores ``sys.modules`` after each in-process inner run, deleting the modules that
 # run imported. torch imports many submodules lazily (Dynamo, Inductor, sympy); deleting them
@@ -74,10 +76,36 @@ def _lean_subprocess_runs() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _lean_pytester_runs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same for ``pytester`` runs, whose setup clears ``PYTEST_ADDOPTS``: set it after."""
-    if "pytester" in request.fixturenames:
-        request.getfixturevalue("pytester")
-        monkeypatch.setenv("PYTEST_ADDOPTS", INNER_ADDOPTS)
+    """The same for ``pytester`` runs, whose setup clears ``PYTEST_ADDOPTS``: set it after.
+    Their subprocess runs are forks of a process that has imported torch (tests/zygote.py),
+    except in a test marked ``fresh_interpreter``."""
+    if "pytester" not in request.fixturenames:
+        return
+    tester: pytest.Pytester = request.getfixturevalue("pytester")
+    monkeypatch.setenv("PYTEST_ADDOPTS", INNER_ADDOPTS)
+    if request.node.get_closest_marker("fresh_interpreter") is None:
+        monkeypatch.setattr(tester, "popen", _forked_popen(tester.popen))
+
+
+def _forked_popen(popen: Callable[..., Any]) -> Callable[..., Any]:
+    """``Pytester.popen`` by :func:`tests.zygote.popen` for what ``Pytester.run`` asks of it:
+    stdin closed, output to files."""
+
+    def forked(
+        cmdargs: Any,
+        stdout: Any = subprocess.PIPE,
+        stderr: Any = subprocess.PIPE,
+        stdin: Any = pytest.Pytester.CLOSE_STDIN,
+        **kw: Any,
+    ) -> Any:
+        if stdin is not pytest.Pytester.CLOSE_STDIN or kw or isinstance(stdout, int):
+            return popen(cmdargs, stdout=stdout, stderr=stderr, stdin=stdin, **kw)
+        # Pytester.popen's environment: the working directory first on PYTHONPATH.
+        env = os.environ.copy()
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
+        return zygote.popen(cmdargs, env=env, stdout=stdout, stderr=stderr)
+
+    return forked
 
 
 @pytest.fixture(autouse=True)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests import zygote
 from tests.mac_check import LOG
 from tests.test_readme import README, shown_slice
 
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_example_suite_runs_green_and_shows_the_caught_breaks(tmp_path: Path) -> None:
     mac_log = tmp_path / "macs.log"
-    proc = subprocess.run(
+    proc = zygote.run(
         [
             sys.executable,
             "-m",
@@ -32,8 +32,6 @@ def test_example_suite_runs_green_and_shows_the_caught_breaks(tmp_path: Path) ->
         ],
         cwd=ROOT,
         env={**os.environ, LOG: str(mac_log)},
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     out = proc.stdout

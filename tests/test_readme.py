@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import zygote
 from tests.conftest import INNER_PLUGINS, inner_pythonpath
 from tests.mac_check import LOG
 
@@ -231,15 +232,7 @@ def test_the_benchmark_prose_quotes_the_ratios_its_runs_show() -> None:
 @pytest.mark.parametrize(("name", "code", "expected"), _pairs(), ids=[p[0] for p in _pairs()])
 def test_readme_example_prints_what_the_readme_shows(name: str, code: str, expected: str) -> None:
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.run(
-        [sys.executable, "-c", _CHECKED, code],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    proc = zygote.run([sys.executable, "-c", _CHECKED, code], cwd=ROOT, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout == expected
     assert re.search(r"^mac check: graphs=\d+ calls=\d+$", proc.stderr, flags=re.MULTILINE)
@@ -358,15 +351,8 @@ def test_readme_run_prints_what_the_readme_shows(
     for path, text in project.files.items():
         (tmp_path / path).write_text(text, encoding="utf-8")
     for number, command in enumerate(project.commands, start=1):
-        proc = subprocess.run(
-            [*_PROGRAMS[command.argv[0]](), *command.argv[1:]],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
+        argv = [*_PROGRAMS[command.argv[0]](), *command.argv[1:]]
+        proc = zygote.run(argv, cwd=tmp_path, env=env, timeout=600)
         expected = project.exits[number - 1]
         typed = f"$ {shlex.join(command.argv)}"
         assert proc.returncode == expected, f"{typed}\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}"

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from pytest_nobreak.watch.fixes import FIXES, Rules, code_of, fix_for
+from tests import zygote
 
 # One module of marked tests: test_broken_<name> breaks, test_fixed_<name> is its rewrite.
 EXAMPLES = r"""
@@ -757,11 +758,10 @@ class Outcome:
 
 def _run_examples(path: Any, *options: str) -> subprocess.CompletedProcess[str]:
     (path / "test_examples.py").write_text(EXAMPLES)
-    return subprocess.run(
+    return zygote.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
          "-p", "no:xdist", *options, "test_examples.py"],
-        cwd=path, capture_output=True, text=True, timeout=600, check=False,
-        env={**os.environ, "COLUMNS": "200"},
+        cwd=path, timeout=600, env={**os.environ, "COLUMNS": "200"},
     )  # fmt: skip
 
 

@@ -11,13 +11,13 @@ import json
 import os
 import re
 import shlex
-import subprocess
 
 import pytest
 import torch
 
 from pytest_nobreak.models.hf import hf_inputs
 from pytest_nobreak.models.spec import InputSpec, SpecError, parse_inputs, parse_spec
+from tests import zygote
 from tests.conftest import inner_pythonpath
 
 QUIET = ("-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning")
@@ -667,6 +667,7 @@ def test_inputs_without_a_model_are_a_usage_error(fac: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["ERROR: --nobreak-model-inputs: no model to give them to; *"])
 
 
+@pytest.mark.fresh_interpreter  # a claim about what is imported
 def test_the_plugin_does_not_import_torch_without_a_model(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_plain="""
@@ -710,15 +711,7 @@ def test_the_readme_example_prints_what_the_readme_shows(example: re.Match[str])
 
     command = shlex.split(example["command"])
     assert command[0] == "pytest"
-    proc = subprocess.run(
-        [*_pytest(), *command[1:]],
-        cwd=ROOT,
-        env=_environment(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    proc = zygote.run([*_pytest(), *command[1:]], cwd=ROOT, env=_environment(), timeout=600)
     assert proc.returncode == int(example["exit"]), proc.stdout[-3000:]
     shown = example["shown"].splitlines()
     assert shown_slice(shown, proc.stdout.splitlines()), proc.stdout[-3000:]

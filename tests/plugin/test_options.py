@@ -675,6 +675,7 @@ def test_plugin_import_does_not_import_torch() -> None:
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.fresh_interpreter  # a claim about what is imported
 def test_a_plain_run_without_watched_tests_does_not_import_torch(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_plain="""

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import zygote
+
 SUITE = """
 import pytest
 import torch
@@ -67,10 +69,10 @@ SHARDS = {"1": SELECTED, "2": f"not ({SELECTED})"}
 
 
 def pytest_run(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return zygote.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
          "-p", "no:xdist", "-q", *args],
-        cwd=path, capture_output=True, text=True, timeout=600, check=False,
+        cwd=path, timeout=600,
     )  # fmt: skip
 
 

@@ -1,0 +1,205 @@
+"""tests/zygote.py: a forked run starts as a fresh interpreter would, or is one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests import zygote
+
+#: What a program can see of how its interpreter started, printed as JSON at exit (an
+#: ``atexit`` handler, so exiting runs it), beside a line on stdout left unflushed.
+PROBE = """
+import atexit, json, os, sys, tempfile, threading, time, warnings
+import __main__
+
+def report():
+    main = {k: type(v).__name__ for k, v in vars(__main__).items() if k.startswith("__")}
+    spec = __main__.__spec__
+    main["__spec__"] = spec and [spec.name, spec.origin, type(spec.loader).__name__]
+    main["__package__"] = __main__.__package__
+    main["__file__"] = getattr(__main__, "__file__", None)
+    filters = [(a, getattr(m, "pattern", m), c.__name__, getattr(mod, "pattern", mod), n)
+               for a, m, c, mod, n in warnings.filters if c.__module__ == "builtins" and not m]
+    print(json.dumps({
+        "argv": sys.argv, "orig_argv": sys.orig_argv, "path": sys.path, "cwd": os.getcwd(),
+        "env": {k: os.environ.get(k) for k in ("PROBE_VAR", "PYTHONPATH", "PYTHONWARNINGS")},
+        "main": main, "warnoptions": sys.warnoptions, "filters": filters,
+        "bytecode": sys.dont_write_bytecode, "stdin": sys.stdin.read(),
+        "tmp": tempfile.gettempdir(),
+    }), file=sys.stderr)
+
+atexit.register(report)
+# A non-daemon thread: the interpreter waits for it before the exit handlers run.
+threading.Thread(target=lambda: (time.sleep(0.05), print("thread done"))).start()
+sys.stdout.write("no newline")
+if len(sys.argv) > 1 and sys.argv[1] == "fail":
+    raise ValueError("failed as asked")
+if len(sys.argv) > 1 and sys.argv[1] == "exit":
+    sys.exit("exit message")
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "probe_module.py").write_text(PROBE)
+    (tmp_path / "probe.py").write_text(PROBE)
+    script = tmp_path / "bin" / "probe-script"
+    script.parent.mkdir()
+    script.write_text(f"#!{sys.executable}\n{PROBE}")
+    script.chmod(0o755)
+    return tmp_path
+
+
+LAUNCHES = ("-c", "-m", "-mjoined", "script", "console script", "relative console script")
+
+
+def launches(project: Path) -> dict[str, list[str]]:
+    return {
+        "-c": [sys.executable, "-c", PROBE],
+        "-m": [sys.executable, "-m", "probe_module"],
+        "-mjoined": [sys.executable, "-mprobe_module"],
+        "script": [sys.executable, "probe.py"],
+        "console script": [str(project / "bin" / "probe-script")],
+        "relative console script": ["bin/probe-script"],
+    }
+
+
+def environment(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in zygote.APPLIED}
+    return {**env, "PYTHONPATH": "lib", "PROBE_VAR": "x", **extra}
+
+
+def fresh(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True
+    )
+
+
+def forked(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    assert zygote.request_for(argv, str(cwd), env) is not None, "not forked"
+    zygote_of_this_process = zygote._the_zygote()
+    assert zygote_of_this_process is not None
+    assert zygote_of_this_process.differs(env) == []
+    return zygote.run(argv, cwd=cwd, env=env)
+
+
+WARNINGS = {"PYTHONWARNINGS": "ignore::DeprecationWarning,error::UserWarning:foo"}
+
+
+@pytest.mark.parametrize(
+    ("kind", "extra", "ending"),
+    [
+        *((kind, WARNINGS, ending) for kind in LAUNCHES for ending in ("", "fail", "exit")),
+        ("-c", {}, ""),
+        ("script", {}, "fail"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else ("warnings" if value else "plain"),
+)
+def test_a_forked_run_sees_what_a_fresh_interpreter_sees(
+    project: Path, kind: str, extra: dict[str, str], ending: str
+) -> None:
+    argv = [*launches(project)[kind], *([ending] if ending else [])]
+    (project / "tmp").mkdir()
+    env = environment(PYTHONDONTWRITEBYTECODE="1", TMPDIR=str(project / "tmp"), **extra)
+    want, got = fresh(argv, project, env), forked(argv, project, env)
+    assert got.returncode == want.returncode == {"": 0, "fail": 1, "exit": 1}[ending]
+    assert got.stdout == want.stdout == "no newlinethread done\n"
+    # stderr: the traceback or exit message, then the probe's report
+    *got_lines, got_report = got.stderr.splitlines()
+    *want_lines, want_report = want.stderr.splitlines()
+    assert got_lines == want_lines
+    report = json.loads(got_report)
+    assert report == json.loads(want_report)
+    assert report["tmp"] == str(project / "tmp")
+    assert report["env"]["PROBE_VAR"] == "x"
+    assert str(project / "lib") in report["path"]
+
+
+def test_a_forked_run_reseeds_random(project: Path) -> None:
+    argv = [sys.executable, "-c", "import random; print(random.random())"]
+    outs = {zygote.run(argv, cwd=project).stdout for _ in range(3)}
+    assert len(outs) == 3
+
+
+def test_a_forked_run_has_torch_imported_and_its_threads_work(project: Path) -> None:
+    code = (
+        "import sys; print('torch' in sys.modules); import torch; torch.set_num_threads(2); "
+        "a = torch.randn(300, 300); d = a.double(); "
+        "print(bool(((a @ a) - (d @ d)).abs().max() < 1e-3))"
+    )
+    done = zygote.run([sys.executable, "-c", code], cwd=project, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "True\nTrue\n"), done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "extra"),
+    [
+        (["/bin/echo", "hi"], {}),
+        (["echo", "hi"], {}),
+        ([sys.executable, "-X", "utf8", "-c", "print('hi')"], {}),
+        ([sys.executable, "-c", "print('hi')"], {"OMP_NUM_THREADS": "7"}),
+        ([sys.executable, "-c", "print('hi')"], {"TORCH_LOGS": "dynamo"}),
+    ],
+    ids=[
+        "another program",
+        "a program on PATH",
+        "interpreter options",
+        "OpenMP threads",
+        "torch logs",
+    ],
+)
+def test_what_could_differ_runs_in_a_real_subprocess(
+    project: Path, argv: list[str], extra: dict[str, str]
+) -> None:
+    env = environment(**extra)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        process = zygote.popen(argv, cwd=project, env=env, stdout=out, stderr=err)
+        assert isinstance(process, subprocess.Popen)
+        assert process.wait() == 0
+        out.seek(0)
+        assert out.read() == b"hi\n"
+
+
+def test_runs_may_overlap(project: Path) -> None:
+    code = "import sys, time; time.sleep(0.3); print(sys.argv[1])"
+    with tempfile.TemporaryFile() as a_out, tempfile.TemporaryFile() as b_out:
+        a = zygote.popen([sys.executable, "-c", code, "a"], stdout=a_out, stderr=a_out)
+        b = zygote.popen([sys.executable, "-c", code, "b"], stdout=b_out, stderr=b_out)
+        assert isinstance(a, zygote.ForkedProcess)
+        assert isinstance(b, zygote.ForkedProcess)
+        assert (a.poll(), b.poll()) == (None, None)
+        assert (a.wait(30), b.wait(30)) == (0, 0)
+        for file, name in ((a_out, b"a\n"), (b_out, b"b\n")):
+            file.seek(0)
+            assert file.read() == name
+
+
+def test_a_run_past_its_timeout_is_killed(project: Path) -> None:
+    pid_file = project / "pid"
+    code = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    with pytest.raises(subprocess.TimeoutExpired):
+        zygote.run([sys.executable, "-c", code], cwd=project, timeout=0.5)
+    # run() returned once its waiter had reaped the run: there is no such process left
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
+
+
+def test_a_killed_run_reports_its_signal(project: Path) -> None:
+    with tempfile.TemporaryFile() as out:
+        process = zygote.popen(
+            [sys.executable, "-c", "import time; time.sleep(60)"], stdout=out, stderr=out
+        )
+        assert isinstance(process, zygote.ForkedProcess)
+        with pytest.raises(subprocess.TimeoutExpired):
+            process.wait(0.2)
+        process.kill()
+        assert process.wait(30) == -signal.SIGKILL
