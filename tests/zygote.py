@@ -5,13 +5,18 @@ pytest run in a subprocess), and each of them spent 2.2 to 2.5 s importing ``tor
 ``torch._dynamo`` before doing anything the test is about. A zygote imports them once; each run
 is then a ``fork()`` of it that sets up what a fresh interpreter would have from the request
 (``sys.argv`` and ``sys.orig_argv``, working directory, environment, ``sys.path``, warning
-filters, a new ``__main__``, its own random seed), runs the program, and exits as the
-interpreter would. tests/unit/test_zygote.py compares what a forked and a fresh run see.
+filters, a new ``__main__``, its own random seeds, the settings torch derived from the working
+directory), runs the program, and exits as the interpreter would (traceback, status, threads
+joined, ``atexit``, open files flushed). tests/unit/test_zygote.py compares what a forked and a
+fresh run see. Two things it does not redo: the string hash seed (every run shares the
+zygote's, so a test comparing the orders of two runs needs real subprocesses), and the
+interpreter's teardown (the ``__del__`` of objects alive at exit does not run; with torch
+loaded the teardown costs 0.3 to 1 s a run).
 
 What a forked run cannot have is an interpreter whose start-up read different settings, so a
 request falls back to a real subprocess whenever it could tell: another program than this
 interpreter, interpreter options, or an environment that differs from the zygote's in a
-variable read at start-up or at torch's import (:data:`START_UP_VARIABLES`). And torch is
+variable that start-up or torch's import could read (any but :data:`LATE_VARIABLES`). And torch is
 already imported: a test of what is *not* imported (the plugin's lazy imports) starts its
 process with :mod:`subprocess`, or is marked ``fresh_interpreter`` for its ``pytester`` runs
 (tests/conftest.py).
@@ -22,12 +27,16 @@ an inner run tests may have a ``tests`` package of its own).
 
 from __future__ import annotations
 
+import _io
 import atexit
+import contextlib
 import dataclasses
+import gc
 import json
 import locale
 import os
 import random
+import select
 import signal
 import socket
 import struct
@@ -39,25 +48,25 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
-#: Variables a fresh interpreter, torch's import or its OpenMP runtime read when they start:
-#: a request whose value differs from the zygote's runs in a real subprocess. ``PYTHONPATH``
-#: and ``PYTHONDONTWRITEBYTECODE`` are the exceptions that a forked run applies itself.
-START_UP_VARIABLES = (
-    "PYTHON",
-    "TORCH",
-    "PYTORCH",
-    "OMP_",
-    "GOMP_",
-    "KMP_",
-    "MKL",
-    "ONEDNN_",
-    "DNNL_",
-    "ATEN_",
-    "CUDA",
-    "LD_",
-    "LC_",
-    "LANG",
+#: Variables a run's environment may set otherwise than the zygote's: those read only after
+#: start-up, by pytest, its plugins, this project or the suite (none of which the zygote
+#: imports). Any other difference (``CI``, which functorch reads at import; ``TZ``; ``OMP_*``;
+#: ``TORCH*``; locale) and the run is a real subprocess.
+LATE_VARIABLES = (
+    "PYTEST_",
+    "PY_COLORS",
+    "NO_COLOR",
+    "FORCE_COLOR",
+    "COLUMNS",
+    "LINES",
+    "HOME",
+    "USERPROFILE",
+    "GITHUB_",
+    "NOBREAK_",
+    "ASIC_",
+    "TOX_ENV_DIR",
 )
+#: Read at start-up, and applied by a forked run itself.
 APPLIED = ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONWARNINGS")
 #: Imported by the zygote before it forks: the cost every run would otherwise pay.
 WARM = ("torch", "torch._dynamo")
@@ -68,65 +77,39 @@ _HEADER = struct.Struct("!I")
 def _send(sock: socket.socket, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
     data = json.dumps(message).encode()
     payload = _HEADER.pack(len(data)) + data
-    if fds:
-        socket.send_fds(sock, [payload], list(fds))
-    else:
-        sock.sendall(payload)
+    sent = socket.send_fds(sock, [payload], list(fds)) if fds else 0
+    sock.sendall(payload[sent:])
 
 
 def _receive(sock: socket.socket, max_fds: int = 0) -> tuple[dict[str, Any] | None, list[int]]:
-    """A message and the descriptors sent with it; ``None`` when the other end closed."""
+    """One message (a header, then exactly its length: the next may follow on the socket)
+    and the descriptors sent with it; ``None`` when the other end closed."""
     fds: list[int] = []
-    buffer = b""
-    while len(buffer) < _HEADER.size:
+    header = b""
+    while len(header) < _HEADER.size:
+        want = _HEADER.size - len(header)
         if max_fds:
-            data, new_fds, _, _ = socket.recv_fds(sock, 65536, max_fds)
+            data, new_fds, _, _ = socket.recv_fds(sock, want, max_fds)
             fds += new_fds
         else:
-            data = sock.recv(65536)
+            data = sock.recv(want)
         if not data:
             return None, fds
-        buffer += data
-    (size,) = _HEADER.unpack(buffer[: _HEADER.size])
-    buffer = buffer[_HEADER.size :]
-    while len(buffer) < size:
-        data = sock.recv(size - len(buffer))
+        header += data
+    (size,) = _HEADER.unpack(header)
+    body = b""
+    while len(body) < size:
+        data = sock.recv(size - len(body))
         if not data:
             return None, fds
-        buffer += data
-    return json.loads(buffer), fds
+        body += data
+    return json.loads(body), fds
 
 
 # --------------------------------------------------------------------------- in the zygote
 
-
-def _serve(fd: int, parent: int) -> None:
-    """The zygote: import :data:`WARM`, then serve the listening socket ``fd``: a connection a
-    run. A run's own parent is a fork of the zygote that waits for it and reports its exit, so
-    runs may overlap (a test may start two side by side)."""
-    defaults = list(warnings.filters)  # started without PYTHONWARNINGS: the interpreter's
-    for name in WARM:
-        __import__(name)
-    base_path = sys.path[1:]  # started without PYTHONPATH: what the site module gave
-    imported = warnings.filters[: len(warnings.filters) - len(defaults)]
-    listener = socket.socket(fileno=fd)
-    listener.settimeout(1.0)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the waiters are reaped as they exit
-    while True:
-        try:
-            connection, _ = listener.accept()
-        except TimeoutError:
-            if os.getppid() != parent:  # the test process is gone, without closing us
-                return
-            continue
-        connection.settimeout(None)
-        request, fds = _receive(connection, max_fds=2)
-        if request is not None and os.fork() == 0:
-            listener.close()
-            _wait_for(connection, request, fds, Start(base_path, defaults, imported))
-        for descriptor in fds:
-            os.close(descriptor)
-        connection.close()
+#: Asked of a run's waiter by :meth:`ForkedProcess.kill`.
+_KILL = b"k"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,12 +120,72 @@ class Start:
     base_path: list[str]  # sys.path past its first entry, without PYTHONPATH's
     warnings: list[Any]  # the interpreter's warning filters, without PYTHONWARNINGS's
     imported: list[Any]  # the filters the imports of WARM put in front of them
+    cwd: str  # the zygote's working directory, and the settings its imports derived from it
+    from_cwd: list[tuple[Any, str, str]]  # (config entry, name, value), for a run to redo
+    set_by_import: list[str]  # environment variables the imports set where they were unset
+
+
+def _serve(fd: int, parent: int) -> None:
+    """The zygote: import :data:`WARM`, then serve the listening socket ``fd``: a connection a
+    run. A run's own parent is a fork of the zygote that waits for it and reports its exit, so
+    runs may overlap (a test may start two side by side)."""
+    defaults = list(warnings.filters)  # started without PYTHONWARNINGS: the interpreter's
+    environment = set(os.environ)
+    for name in WARM:
+        __import__(name)
+    start = Start(
+        base_path=sys.path[1:],  # started without PYTHONPATH: what the site module gave
+        warnings=defaults,
+        imported=warnings.filters[: len(warnings.filters) - len(defaults)],
+        cwd=os.getcwd(),
+        from_cwd=_settings_from(os.getcwd()),
+        set_by_import=sorted(set(os.environ) - environment),
+    )
+    listener = socket.socket(fileno=fd)
+    listener.settimeout(1.0)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the waiters are reaped as they exit
+    while True:
+        try:
+            connection, _ = listener.accept()
+        except TimeoutError:
+            if os.getppid() != parent:  # the test process is gone, without closing us
+                return
+            continue
+        connection.settimeout(30.0)  # a client that connects and sends nothing
+        try:
+            request, fds = _receive(connection, max_fds=2)
+        except (OSError, ValueError):
+            request, fds = None, []
+        if request is not None and len(fds) == 2 and os.fork() == 0:
+            listener.close()
+            connection.settimeout(None)
+            _wait_for(connection, request, fds, start)
+        for descriptor in fds:
+            os.close(descriptor)
+        connection.close()
+
+
+def _settings_from(cwd: str) -> list[tuple[Any, str, str]]:
+    """The defaults torch's config modules took from the working directory at import
+    (``torch._dynamo.config.debug_dir_root``...): a fresh interpreter takes them from its own."""
+    found = []
+    for module in list(sys.modules.values()):
+        entries = getattr(module, "_config", None)
+        if not isinstance(entries, dict) or not hasattr(module, "get_config_copy"):
+            continue
+        for name, entry in entries.items():
+            default = getattr(entry, "default", None)
+            if isinstance(default, str) and (default + os.sep).startswith(cwd + os.sep):
+                found.append((entry, name, default))
+    return found
 
 
 def _wait_for(
     connection: socket.socket, request: dict[str, Any], fds: list[int], start: Start
 ) -> None:
-    """In a fork of the zygote: fork the run, say its pid, wait for it, say how it exited."""
+    """In a fork of the zygote: fork the run, say its pid, then wait for it to exit, for the
+    test process to ask that it be killed, or to be gone (then the run is killed too), and
+    say how it exited."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a fresh interpreter's, and waitpid's need
     sys.stdout.flush()
     sys.stderr.flush()
@@ -153,7 +196,16 @@ def _wait_for(
     try:
         for descriptor in fds:
             os.close(descriptor)
+        exited = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
         _send(connection, {"pid": pid})
+        watching = [connection]
+        while exited is not None and watching:
+            ready, _, _ = select.select([exited, *watching], [], [])
+            if exited in ready:
+                break
+            if connection.recv(1) in (b"", _KILL):  # asked, or nobody will read the result
+                os.kill(pid, signal.SIGKILL)  # not reaped yet: the pid is still the run's
+                watching = []
         _, status = os.waitpid(pid, 0)
         _send(connection, {"returncode": os.waitstatus_to_exitcode(status)})
     finally:
@@ -162,68 +214,108 @@ def _wait_for(
 
 def _child(request: dict[str, Any], fds: list[int], start: Start) -> None:
     """Become the requested program as a fresh interpreter would start it, run it, and exit as
-    it would: non-daemon threads joined, ``atexit`` run, standard streams flushed."""
-    code = 1
-    try:
-        stdout, stderr = fds
-        null = os.open(os.devnull, os.O_RDONLY)
-        for source, target in ((null, 0), (stdout, 1), (stderr, 2)):
-            os.dup2(source, target)
-            os.close(source)
-        os.chdir(request["cwd"])
-        env: dict[str, str] = request["env"]
-        os.environ.clear()
-        os.environ.update(env)
-        sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
-        extra = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        sys.path[:] = list(dict.fromkeys([request["path0"], *extra, *start.base_path]))
-        options = [o for o in env.get("PYTHONWARNINGS", "").split(",") if o]
-        if options:  # in front of the interpreter's filters, behind those of torch's import
-            sys.warnoptions[:] = options
-            warnings.filters[:] = start.warnings
-            warnings._processoptions(options)  # type: ignore[attr-defined]
-            warnings.filters[:0] = start.imported
-            warnings._filters_mutated()  # type: ignore[attr-defined]
-        sys.argv[:] = request["argv"]
-        sys.orig_argv[:] = request["orig_argv"]
-        tempfile.tempdir = None  # found anew from TMPDIR and the others, as a fresh one would
-        random.seed()  # a fresh interpreter seeds from the OS, not from its parent's state
-        import importlib
+    the interpreter would: an uncaught error's traceback, ``SystemExit``'s status, threads
+    joined, ``atexit`` run, files flushed, and a ``KeyboardInterrupt``'s signal."""
+    stdout, stderr = fds
+    null = os.open(os.devnull, os.O_RDONLY)
+    for source, target in ((null, 0), (stdout, 1), (stderr, 2)):
+        os.dup2(source, target)
+        os.close(source)
+    cwd = request["cwd"]
+    os.chdir(cwd)
+    env: dict[str, str] = request["env"]
+    imported = {name: os.environ[name] for name in start.set_by_import}
+    os.environ.clear()
+    os.environ.update(env)
+    sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
+    # site de-duplicates PYTHONPATH and its own entries; the first entry comes after it
+    extra = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:] = [request["path0"], *dict.fromkeys([*extra, *start.base_path])]
+    options = [o for o in env.get("PYTHONWARNINGS", "").split(",") if o]
+    if options:  # in front of the interpreter's filters, behind those of torch's import
+        sys.warnoptions[:] = options
+        warnings.filters[:] = start.warnings
+        warnings._processoptions(options)  # type: ignore[attr-defined]
+        warnings.filters[:0] = start.imported
+        warnings._filters_mutated()  # type: ignore[attr-defined]
+    sys.argv[:] = request["argv"]
+    sys.orig_argv[:] = request["orig_argv"]
+    for name, value in imported.items():
+        # What the imports would set here too (TORCHINDUCTOR_CACHE_DIR, from TMPDIR and the
+        # user, which are the zygote's: they are not among LATE_VARIABLES).
+        if name not in env:
+            os.environ[name] = value
+    for entry, _, default in start.from_cwd:
+        entry.default = cwd + default[len(start.cwd) :]
+    import multiprocessing.process
 
-        importlib.invalidate_caches()  # files written since the zygote started
-        code = _run(request)
+    multiprocessing.process.ORIGINAL_DIR = cwd  # noted at its import
+    _reseed()
+    import importlib
+
+    importlib.invalidate_caches()  # files written since the zygote started
+    code, interrupted = 1, False
+    try:
+        _run(request)
+        code = 0
     except SystemExit as stop:
-        code = _exit_code(stop)
+        code = _exit_status(stop)
     except BaseException as error:
-        _print_error(error)
+        tb = error.__traceback__  # printed from the program's first frame, not the zygote's
+        while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+            tb = tb.tb_next
+        sys.excepthook(type(error), error.with_traceback(tb), tb)
+        interrupted = isinstance(error, KeyboardInterrupt)
     try:
         threading._shutdown()  # type: ignore[attr-defined]
         atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
+        _flush_open_files()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                code = 120  # as the interpreter, when flushing stdout fails at exit
+        if interrupted:  # the interpreter exits by the signal, so the parent sees it
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
     finally:
         os._exit(code)
 
 
-def _print_error(error: BaseException) -> None:
-    """As the interpreter prints an uncaught error: from the program's first frame on, not the
-    zygote's."""
-    tb = error.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
-        tb = tb.tb_next
-    sys.excepthook(type(error), error.with_traceback(tb), tb)
-
-
-def _exit_code(stop: SystemExit) -> int:
+def _exit_status(stop: SystemExit) -> int:
+    """The status ``SystemExit`` gives, as the interpreter computes it."""
     if stop.code is None:
         return 0
     if isinstance(stop.code, int):
-        return stop.code
+        return stop.code & 0xFF
     print(stop.code, file=sys.stderr)
     return 1
 
 
-def _run(request: dict[str, Any]) -> int:
+def _flush_open_files() -> None:
+    """Flush what the program left in files it never closed: the interpreter would at its
+    teardown. (The teardown itself, 0.3 to 1 s with torch loaded, a forked run skips: the
+    ``__del__`` of objects alive at exit does not run.)"""
+    for obj in gc.get_objects():
+        # type(), not isinstance(): no attribute of an arbitrary object is looked up
+        if issubclass(type(obj), _io._IOBase):
+            with contextlib.suppress(Exception):
+                if not obj.closed and obj.writable():
+                    obj.flush()
+
+
+def _reseed() -> None:
+    """What a fresh interpreter seeds from the OS, seeded anew: ``random``, torch's default
+    generator, numpy's global one. (The string hash seed cannot be: every forked run shares
+    the zygote's, so a test that compares the orders of two runs needs real subprocesses.)"""
+    random.seed()
+    sys.modules["torch"].seed()
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        numpy_random.seed()
+
+
+def _run(request: dict[str, Any]) -> None:
     import builtins
     import importlib.machinery
     import runpy
@@ -249,13 +341,10 @@ def _run(request: dict[str, Any]) -> int:
             exec(compile(source, target, "exec"), main.__dict__)
         except SystemExit:
             raise  # the interpreter exits at once
-        except BaseException as error:
-            # The interpreter prints the error, then takes the two back as after a clean run.
-            _print_error(error)
-            del main.__file__, main.__cached__
-            return 1
+        except BaseException:
+            del main.__file__, main.__cached__  # as after a clean run
+            raise
         del main.__file__, main.__cached__
-    return 0
 
 
 # --------------------------------------------------------------------------- in the test
@@ -263,7 +352,8 @@ def _run(request: dict[str, Any]) -> int:
 
 class ForkedProcess:
     """A run forked by the zygote, with the part of :class:`subprocess.Popen`'s interface that
-    ``pytester`` and :func:`run` use."""
+    ``pytester`` and :func:`run` use. Dropped unwaited, or left by a test process that dies,
+    the run is killed (its waiter sees the connection close)."""
 
     stdin = None
 
@@ -292,55 +382,82 @@ class ForkedProcess:
             return None
 
     def kill(self) -> None:
+        """Kill the run, as :meth:`subprocess.Popen.kill`: nothing once it has exited. The
+        waiter kills it, which has not reaped it yet, so the pid cannot be another's."""
         if self.returncode is None:
-            os.kill(self.pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                self._connection.sendall(_KILL)
+
+    def __del__(self) -> None:
+        self._connection.close()
 
 
 class Zygote:
     """The zygote process of this (test) process, started with the environment it compares
-    each request's with."""
+    each request's with, in a directory of its own (where its log is)."""
 
     def __init__(self, env: Mapping[str, str]) -> None:
         self.env = {k: v for k, v in env.items() if k not in APPLIED}
         self._directory = tempfile.TemporaryDirectory(prefix="zygote-")
         self.address = os.path.join(self._directory.name, "socket")
+        self.log = os.path.join(self._directory.name, "log")
         listener = socket.socket(socket.AF_UNIX)
         listener.bind(self.address)
         listener.listen()
-        self._process = subprocess.Popen(
-            [sys.executable, __file__, str(listener.fileno()), str(os.getpid())],
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            pass_fds=[listener.fileno()],
-        )
+        with open(self.log, "wb") as log:
+            self._process = subprocess.Popen(
+                [sys.executable, __file__, str(listener.fileno()), str(os.getpid())],
+                cwd=self._directory.name,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                pass_fds=[listener.fileno()],
+            )
         listener.close()
 
     def differs(self, env: Mapping[str, str]) -> list[str]:
-        """The start-up variables whose value in ``env`` is not the zygote's."""
+        """The variables a forked run could not set as ``env`` does (:data:`LATE_VARIABLES`)."""
         names = set(self.env) | set(env)
         return sorted(
             name
             for name in names
-            if name.startswith(START_UP_VARIABLES)
+            if not name.startswith(LATE_VARIABLES)
             and name not in APPLIED
             and self.env.get(name) != env.get(name)
         )
 
     def spawn(self, request: dict[str, Any], stdout: int, stderr: int) -> ForkedProcess:
+        """Fork a run; :class:`ZygoteError` when the zygote does not answer (it is then
+        stopped, and the next run starts another)."""
         connection = socket.socket(socket.AF_UNIX)
-        connection.connect(self.address)
-        _send(connection, request, [stdout, stderr])
-        reply, _ = _receive(connection)
+        # The first answer waits for the zygote's imports.
+        connection.settimeout(120.0)
+        try:
+            connection.connect(self.address)
+            _send(connection, request, [stdout, stderr])
+            reply, _ = _receive(connection)
+        except (OSError, ValueError) as error:
+            reply = None
+            cause: BaseException | None = error
+        else:
+            cause = None
         if reply is None:
             connection.close()
-            raise RuntimeError(f"the zygote exited ({self._process.poll()}): see its stderr")
+            self.close()
+            with open(self.log, errors="replace") as fh:
+                said = fh.read()[-2000:]
+            raise ZygoteError(f"the zygote did not answer ({cause!r}); its log:\n{said}")
+        connection.settimeout(None)
         return ForkedProcess(connection, int(reply["pid"]))
 
     def close(self) -> None:
         self._process.kill()
         self._process.wait()
-        self._directory.cleanup()
+
+
+class ZygoteError(RuntimeError):
+    """The zygote died or did not answer."""
 
 
 _zygote: Zygote | None = None
@@ -348,11 +465,17 @@ _starting = threading.Lock()  # a test may start its first two runs side by side
 
 
 def _the_zygote() -> Zygote | None:
+    """This process's zygote, started anew when it died or when this process's own environment
+    has changed since in a way it cannot apply (a test set ``OMP_NUM_THREADS``; torch set
+    ``TORCHINDUCTOR_CACHE_DIR``): runs that inherit the environment are then forked again,
+    instead of all starting real subprocesses."""
     global _zygote
+    if not hasattr(os, "fork") or not hasattr(socket, "send_fds"):
+        return None
     with _starting:
-        if _zygote is None:
-            if not hasattr(os, "fork") or not hasattr(socket, "send_fds"):
-                return None
+        if _zygote is None or _zygote._process.poll() is not None or _zygote.differs(os.environ):
+            if _zygote is not None:
+                _zygote.close()
             _zygote = Zygote(os.environ)
             atexit.register(_zygote.close)
     return _zygote
@@ -369,8 +492,15 @@ def _shebang(path: str) -> str | None:
     return named if named and " " not in named else None
 
 
-def _same_file(a: str, b: str) -> bool:
-    return os.path.realpath(a) == os.path.realpath(b)
+def _this_interpreter(path: str) -> bool:
+    """Whether ``path`` starts this interpreter: the same executable in the same directory
+    (``python`` or ``python3`` of this venv; the base interpreter a venv links to has another
+    ``sys.prefix``, and none of its packages)."""
+    here = os.path.abspath(sys.executable)
+    there = os.path.abspath(path)
+    return os.path.dirname(there) == os.path.dirname(here) and os.path.realpath(
+        there
+    ) == os.path.realpath(here)
 
 
 def request_for(argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> dict[str, Any] | None:
@@ -379,10 +509,10 @@ def request_for(argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> dict[s
     if not argv or os.sep not in argv[0]:
         return None  # a program found on PATH, or none
     program = os.path.join(cwd, argv[0])
-    if not _same_file(program, sys.executable):
+    if not _this_interpreter(program):
         # A console script (this environment's pytest): the kernel runs its #! interpreter.
         interpreter = _shebang(program)
-        if interpreter is None or not _same_file(interpreter, sys.executable):
+        if interpreter is None or not _this_interpreter(interpreter):
             return None
         path0 = os.path.dirname(os.path.realpath(program))
         orig = [interpreter, *argv]
@@ -394,6 +524,8 @@ def request_for(argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> dict[s
         return _request("module", value, ["-m", *rest], cwd, cwd, env, list(argv))
     if len(argv) >= 2 and not argv[1].startswith("-"):
         script = os.path.join(cwd, argv[1])
+        if not os.path.isfile(script):
+            return None  # the interpreter's own message and status
         path0 = os.path.dirname(os.path.realpath(script))
         return _request("script", script, list(argv[1:]), path0, cwd, env, list(argv))
     return None  # interpreter options: -X, -W, -I, -u ...
@@ -444,19 +576,19 @@ def popen(
     environment = dict(os.environ if env is None else env)
     request = request_for([os.fspath(a) for a in argv], where, environment)
     zygote = _the_zygote() if request is not None else None
-    if zygote is None or zygote.differs(environment):
-        return subprocess.Popen(
-            list(argv),
-            cwd=where,
-            env=environment,
-            stdin=subprocess.DEVNULL,
-            stdout=stdout,
-            stderr=stderr,
-        )
-    assert request is not None
-    stdout.flush()
-    stderr.flush()
-    return zygote.spawn(request, stdout.fileno(), stderr.fileno())
+    if zygote is not None and request is not None and not zygote.differs(environment):
+        stdout.flush()
+        stderr.flush()
+        with contextlib.suppress(ZygoteError):  # then a real subprocess
+            return zygote.spawn(request, stdout.fileno(), stderr.fileno())
+    return subprocess.Popen(
+        list(argv),
+        cwd=where,
+        env=environment,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+    )
 
 
 def run(

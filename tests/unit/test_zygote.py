@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -30,7 +32,7 @@ def report():
                for a, m, c, mod, n in warnings.filters if c.__module__ == "builtins" and not m]
     print(json.dumps({
         "argv": sys.argv, "orig_argv": sys.orig_argv, "path": sys.path, "cwd": os.getcwd(),
-        "env": {k: os.environ.get(k) for k in ("PROBE_VAR", "PYTHONPATH", "PYTHONWARNINGS")},
+        "env": {k: os.environ.get(k) for k in ("NOBREAK_PROBE_VAR", "PYTHONPATH", "TMPDIR")},
         "main": main, "warnoptions": sys.warnoptions, "filters": filters,
         "bytecode": sys.dont_write_bytecode, "stdin": sys.stdin.read(),
         "tmp": tempfile.gettempdir(),
@@ -40,10 +42,15 @@ atexit.register(report)
 # A non-daemon thread: the interpreter waits for it before the exit handlers run.
 threading.Thread(target=lambda: (time.sleep(0.05), print("thread done"))).start()
 sys.stdout.write("no newline")
+# Left open: the interpreter flushes it at exit.
+UNCLOSED = open("unclosed.txt", "w")
+UNCLOSED.write("data")
 if len(sys.argv) > 1 and sys.argv[1] == "fail":
     raise ValueError("failed as asked")
 if len(sys.argv) > 1 and sys.argv[1] == "exit":
     sys.exit("exit message")
+if len(sys.argv) > 1 and sys.argv[1] == "interrupt":
+    raise KeyboardInterrupt
 """
 
 
@@ -75,7 +82,7 @@ def launches(project: Path) -> dict[str, list[str]]:
 
 def environment(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in zygote.APPLIED}
-    return {**env, "PYTHONPATH": "lib", "PROBE_VAR": "x", **extra}
+    return {**env, "PYTHONPATH": "lib", "NOBREAK_PROBE_VAR": "x", **extra}
 
 
 def fresh(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -101,6 +108,7 @@ WARNINGS = {"PYTHONWARNINGS": "ignore::DeprecationWarning,error::UserWarning:foo
         *((kind, WARNINGS, ending) for kind in LAUNCHES for ending in ("", "fail", "exit")),
         ("-c", {}, ""),
         ("script", {}, "fail"),
+        ("-m", {}, "interrupt"),
     ],
     ids=lambda value: value if isinstance(value, str) else ("warnings" if value else "plain"),
 )
@@ -108,10 +116,14 @@ def test_a_forked_run_sees_what_a_fresh_interpreter_sees(
     project: Path, kind: str, extra: dict[str, str], ending: str
 ) -> None:
     argv = [*launches(project)[kind], *([ending] if ending else [])]
-    (project / "tmp").mkdir()
-    env = environment(PYTHONDONTWRITEBYTECODE="1", TMPDIR=str(project / "tmp"), **extra)
-    want, got = fresh(argv, project, env), forked(argv, project, env)
-    assert got.returncode == want.returncode == {"": 0, "fail": 1, "exit": 1}[ending]
+    env = environment(PYTHONDONTWRITEBYTECODE="1", **extra)
+    want = fresh(argv, project, env)
+    assert (project / "unclosed.txt").read_text() == "data"
+    (project / "unclosed.txt").unlink()
+    got = forked(argv, project, env)
+    assert (project / "unclosed.txt").read_text() == "data"
+    statuses = {"": 0, "fail": 1, "exit": 1, "interrupt": -signal.SIGINT}
+    assert got.returncode == want.returncode == statuses[ending]
     assert got.stdout == want.stdout == "no newlinethread done\n"
     # stderr: the traceback or exit message, then the probe's report
     *got_lines, got_report = got.stderr.splitlines()
@@ -119,15 +131,46 @@ def test_a_forked_run_sees_what_a_fresh_interpreter_sees(
     assert got_lines == want_lines
     report = json.loads(got_report)
     assert report == json.loads(want_report)
-    assert report["tmp"] == str(project / "tmp")
-    assert report["env"]["PROBE_VAR"] == "x"
+    assert report["env"]["NOBREAK_PROBE_VAR"] == "x"
     assert str(project / "lib") in report["path"]
 
 
-def test_a_forked_run_reseeds_random(project: Path) -> None:
-    argv = [sys.executable, "-c", "import random; print(random.random())"]
-    outs = {zygote.run(argv, cwd=project).stdout for _ in range(3)}
-    assert len(outs) == 3
+def test_a_forked_run_draws_its_own_random_seeds(project: Path) -> None:
+    """What a fresh interpreter seeds from the OS: two runs that agree must not agree only
+    because both are forks of one process."""
+    code = (
+        "import random, numpy, torch; "
+        "print(random.random(), numpy.random.rand(), torch.initial_seed(), torch.rand(1).item())"
+    )
+    outs = set()
+    for _ in range(3):
+        with tempfile.TemporaryFile() as out:
+            process = zygote.popen([sys.executable, "-c", code], stdout=out, stderr=out)
+            assert isinstance(process, zygote.ForkedProcess)
+            assert process.wait(60) == 0
+            out.seek(0)
+            outs.add(tuple(out.read().split()))
+    for draws in zip(*outs, strict=True):
+        assert len(set(draws)) == 3, outs
+
+
+def test_torchs_settings_are_a_fresh_interpreters(project: Path) -> None:
+    """The defaults torch's imports take from the working directory and the environment are
+    the run's, not the zygote's (sets compared sorted: their order follows the hash seed)."""
+    code = (
+        "import json, multiprocessing.process, torch, torch._dynamo, torch._inductor.config; "
+        "from torch._functorch import config as functorch; "
+        "configs = [torch._dynamo.config, torch._inductor.config, functorch]; "
+        "plain = lambda v: sorted(v) if isinstance(v, (set, frozenset)) else v; "
+        "print(json.dumps([repr(sorted((k, plain(v)) for k, v in c.get_config_copy().items())) "
+        "for c in configs] + [multiprocessing.process.ORIGINAL_DIR]))"
+    )
+    argv = [sys.executable, "-c", code]
+    env = environment()
+    want, got = fresh(argv, project, env), forked(argv, project, env)
+    assert got.returncode == want.returncode == 0, got.stderr
+    assert json.loads(got.stdout) == json.loads(want.stdout)
+    assert str(project) in got.stdout
 
 
 def test_a_forked_run_has_torch_imported_and_its_threads_work(project: Path) -> None:
@@ -148,6 +191,10 @@ def test_a_forked_run_has_torch_imported_and_its_threads_work(project: Path) -> 
         ([sys.executable, "-X", "utf8", "-c", "print('hi')"], {}),
         ([sys.executable, "-c", "print('hi')"], {"OMP_NUM_THREADS": "7"}),
         ([sys.executable, "-c", "print('hi')"], {"TORCH_LOGS": "dynamo"}),
+        ([sys.executable, "-c", "print('hi')"], {"CI": "true"}),
+        ([sys.executable, "-c", "print('hi')"], {"TZ": "Asia/Tokyo"}),
+        ([sys.executable, "-c", "print('hi')"], {"TMPDIR": "/var/tmp"}),
+        ([os.path.realpath(sys.executable), "-c", "print('hi')"], {}),
     ],
     ids=[
         "another program",
@@ -155,6 +202,10 @@ def test_a_forked_run_has_torch_imported_and_its_threads_work(project: Path) -> 
         "interpreter options",
         "OpenMP threads",
         "torch logs",
+        "CI, read by functorch at import",
+        "a time zone",
+        "TMPDIR, where Dynamo's import puts its cache",
+        "the interpreter a venv links to",
     ],
 )
 def test_what_could_differ_runs_in_a_real_subprocess(
@@ -203,3 +254,62 @@ def test_a_killed_run_reports_its_signal(project: Path) -> None:
             process.wait(0.2)
         process.kill()
         assert process.wait(30) == -signal.SIGKILL
+
+
+def test_two_messages_read_as_two() -> None:
+    """A run that exits before its pid is read: both replies wait on the socket together."""
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        zygote._send(theirs, {"pid": 7})
+        zygote._send(theirs, {"returncode": 0})
+        assert zygote._receive(ours) == ({"pid": 7}, [])
+        assert zygote._receive(ours) == ({"returncode": 0}, [])
+
+
+def test_killing_a_run_that_has_exited_does_nothing(project: Path) -> None:
+    with tempfile.TemporaryFile() as out:
+        process = zygote.popen([sys.executable, "-c", "pass"], stdout=out, stderr=out)
+        assert isinstance(process, zygote.ForkedProcess)
+        time.sleep(0.5)  # exited, its waiter too; not waited for here
+        process.kill()
+        assert process.wait(30) == 0
+
+
+def test_a_dead_zygote_is_replaced(project: Path) -> None:
+    first = zygote._the_zygote()
+    assert first is not None
+    first._process.kill()
+    first._process.wait()
+    done = zygote.run([sys.executable, "-c", "import sys; print('torch' in sys.modules)"])
+    assert (done.returncode, done.stdout) == (0, "True\n")
+    assert zygote._the_zygote() is not first
+
+
+def test_pytesters_subprocess_runs_are_forked(pytester: pytest.Pytester) -> None:
+    """tests/conftest.py's Pytester.popen: `python -mpytest`, the directory first on
+    PYTHONPATH, as pytester starts it."""
+    pytester.makepyfile(
+        test_inner="""
+        import os, sys
+
+        def test_forked():
+            assert "torch" in sys.modules
+            assert sys.path[:2] == [os.getcwd(), os.getcwd()]
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+
+
+@pytest.mark.fresh_interpreter
+def test_a_test_marked_fresh_interpreter_gets_real_subprocesses(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_inner="""
+        import sys
+
+        def test_fresh():
+            assert "torch" not in sys.modules
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
