@@ -13,13 +13,13 @@ zygote's, so a test comparing the orders of two runs needs real subprocesses), a
 interpreter's teardown (the ``__del__`` of objects alive at exit does not run; with torch
 loaded the teardown costs 0.3 to 1 s a run).
 
-What a forked run cannot have is an interpreter whose start-up read different settings, so a
-request falls back to a real subprocess whenever it could tell: another program than this
-interpreter, interpreter options, or an environment that differs from the zygote's in a
-variable that start-up or torch's import could read (any but :data:`LATE_VARIABLES`). And torch is
-already imported: a test of what is *not* imported (the plugin's lazy imports) starts its
-process with :mod:`subprocess`, or is marked ``fresh_interpreter`` for its ``pytester`` runs
-(tests/conftest.py).
+What a forked run cannot change is what the interpreter's start-up and torch's import read
+from the environment, so runs are forked from a zygote started with the same values of every
+variable but those read later (:data:`LATE_VARIABLES`): a worker keeps a zygote for each such
+environment it meets (:func:`zygote_for`). Another program than this interpreter, or
+interpreter options, start a real subprocess. And torch is already imported: a test of what
+is *not* imported (the plugin's lazy imports) starts its process with :mod:`subprocess`, or is
+marked ``fresh_interpreter`` for its ``pytester`` runs (tests/conftest.py).
 
 The zygote runs this file as a script, so it imports nothing of the repository (a project that
 an inner run tests may have a ``tests`` package of its own).
@@ -48,10 +48,10 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
-#: Variables a run's environment may set otherwise than the zygote's: those read only after
+#: Variables a run's environment may set otherwise than its zygote's: those read only after
 #: start-up, by pytest, its plugins, this project or the suite (none of which the zygote
-#: imports). Any other difference (``CI``, which functorch reads at import; ``TZ``; ``OMP_*``;
-#: ``TORCH*``; locale) and the run is a real subprocess.
+#: imports). Any other (``CI``, which functorch reads at import; ``TZ``; ``TMPDIR``, where
+#: Dynamo's import puts its cache; ``OMP_*``; ``TORCH*``; locale) takes a zygote of its own.
 LATE_VARIABLES = (
     "PYTEST_",
     "PY_COLORS",
@@ -416,17 +416,6 @@ class Zygote:
             )
         listener.close()
 
-    def differs(self, env: Mapping[str, str]) -> list[str]:
-        """The variables a forked run could not set as ``env`` does (:data:`LATE_VARIABLES`)."""
-        names = set(self.env) | set(env)
-        return sorted(
-            name
-            for name in names
-            if not name.startswith(LATE_VARIABLES)
-            and name not in APPLIED
-            and self.env.get(name) != env.get(name)
-        )
-
     def spawn(self, request: dict[str, Any], stdout: int, stderr: int) -> ForkedProcess:
         """Fork a run; :class:`ZygoteError` when the zygote does not answer (it is then
         stopped, and the next run starts another)."""
@@ -460,25 +449,40 @@ class ZygoteError(RuntimeError):
     """The zygote died or did not answer."""
 
 
-_zygote: Zygote | None = None
+#: Zygotes kept at once: a worker's runs come in a few environments (a test's, a module
+#: fixture's, which still has the variables a test's fixtures take away, such as ``CI``).
+KEPT = 3
+_zygotes: dict[tuple[tuple[str, str], ...], Zygote] = {}  # by start-up environment, oldest first
 _starting = threading.Lock()  # a test may start its first two runs side by side
 
 
-def _the_zygote() -> Zygote | None:
-    """This process's zygote, started anew when it died or when this process's own environment
-    has changed since in a way it cannot apply (a test set ``OMP_NUM_THREADS``; torch set
-    ``TORCHINDUCTOR_CACHE_DIR``): runs that inherit the environment are then forked again,
-    instead of all starting real subprocesses."""
-    global _zygote
+def start_up(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The part of ``env`` that a forked run cannot apply (all but :data:`LATE_VARIABLES` and
+    :data:`APPLIED`): runs with the same are forked from the same zygote."""
+    return tuple(
+        sorted(
+            (name, value)
+            for name, value in env.items()
+            if not name.startswith(LATE_VARIABLES) and name not in APPLIED
+        )
+    )
+
+
+def zygote_for(env: Mapping[str, str]) -> Zygote | None:
+    """The zygote for runs with environment ``env``, started with it when there is none alive
+    (the oldest of :data:`KEPT` is then stopped); ``None`` where nothing can fork."""
     if not hasattr(os, "fork") or not hasattr(socket, "send_fds"):
         return None
+    key = start_up(env)
     with _starting:
-        if _zygote is None or _zygote._process.poll() is not None or _zygote.differs(os.environ):
-            if _zygote is not None:
-                _zygote.close()
-            _zygote = Zygote(os.environ)
-            atexit.register(_zygote.close)
-    return _zygote
+        zygote = _zygotes.pop(key, None)
+        if zygote is None or zygote._process.poll() is not None:
+            while len(_zygotes) >= KEPT:
+                _zygotes.pop(next(iter(_zygotes))).close()
+            zygote = Zygote(env)
+            atexit.register(zygote.close)
+        _zygotes[key] = zygote  # now the newest
+    return zygote
 
 
 def _shebang(path: str) -> str | None:
@@ -575,8 +579,8 @@ def popen(
     where = os.path.abspath(cwd if cwd is not None else os.getcwd())
     environment = dict(os.environ if env is None else env)
     request = request_for([os.fspath(a) for a in argv], where, environment)
-    zygote = _the_zygote() if request is not None else None
-    if zygote is not None and request is not None and not zygote.differs(environment):
+    zygote = zygote_for(environment) if request is not None else None
+    if zygote is not None and request is not None:
         stdout.flush()
         stderr.flush()
         with contextlib.suppress(ZygoteError):  # then a real subprocess

@@ -92,11 +92,15 @@ def fresh(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Complet
 
 
 def forked(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    assert zygote.request_for(argv, str(cwd), env) is not None, "not forked"
-    zygote_of_this_process = zygote._the_zygote()
-    assert zygote_of_this_process is not None
-    assert zygote_of_this_process.differs(env) == []
-    return zygote.run(argv, cwd=cwd, env=env)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        process = zygote.popen(argv, cwd=cwd, env=env, stdout=out, stderr=err)
+        assert isinstance(process, zygote.ForkedProcess), "not forked"
+        code = process.wait(60)
+        texts = []
+        for file in (out, err):
+            file.seek(0)
+            texts.append(file.read().decode())
+    return subprocess.CompletedProcess(argv, code, *texts)
 
 
 WARNINGS = {"PYTHONWARNINGS": "ignore::DeprecationWarning,error::UserWarning:foo"}
@@ -184,40 +188,55 @@ def test_a_forked_run_has_torch_imported_and_its_threads_work(project: Path) -> 
 
 
 @pytest.mark.parametrize(
-    ("argv", "extra"),
+    "argv",
     [
-        (["/bin/echo", "hi"], {}),
-        (["echo", "hi"], {}),
-        ([sys.executable, "-X", "utf8", "-c", "print('hi')"], {}),
-        ([sys.executable, "-c", "print('hi')"], {"OMP_NUM_THREADS": "7"}),
-        ([sys.executable, "-c", "print('hi')"], {"TORCH_LOGS": "dynamo"}),
-        ([sys.executable, "-c", "print('hi')"], {"CI": "true"}),
-        ([sys.executable, "-c", "print('hi')"], {"TZ": "Asia/Tokyo"}),
-        ([sys.executable, "-c", "print('hi')"], {"TMPDIR": "/var/tmp"}),
-        ([os.path.realpath(sys.executable), "-c", "print('hi')"], {}),
+        ["/bin/echo", "hi"],
+        ["echo", "hi"],
+        [sys.executable, "-X", "utf8", "-c", "print('hi')"],
+        [os.path.realpath(sys.executable), "-c", "print('hi')"],
     ],
     ids=[
         "another program",
         "a program on PATH",
         "interpreter options",
-        "OpenMP threads",
-        "torch logs",
-        "CI, read by functorch at import",
-        "a time zone",
-        "TMPDIR, where Dynamo's import puts its cache",
         "the interpreter a venv links to",
     ],
 )
-def test_what_could_differ_runs_in_a_real_subprocess(
-    project: Path, argv: list[str], extra: dict[str, str]
-) -> None:
-    env = environment(**extra)
+def test_another_program_runs_in_a_real_subprocess(project: Path, argv: list[str]) -> None:
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        process = zygote.popen(argv, cwd=project, env=env, stdout=out, stderr=err)
+        process = zygote.popen(argv, cwd=project, stdout=out, stderr=err)
         assert isinstance(process, subprocess.Popen)
         assert process.wait() == 0
         out.seek(0)
         assert out.read() == b"hi\n"
+
+
+#: Read at start-up or at torch's import, each printed by PRINT_SETTINGS.
+SETTINGS = {
+    "OMP_NUM_THREADS": "3",
+    "TORCH_LOGS": "dynamo",
+    "CI": "true",
+    "TZ": "Asia/Tokyo",
+    "TMPDIR": "/var/tmp",
+}
+PRINT_SETTINGS = (
+    "import logging, os, time, torch, torch._dynamo, torch._dynamo.package as package; "
+    "from torch._functorch import config as functorch; "
+    "print(torch.get_num_threads(), logging.getLogger('torch._dynamo').level, "
+    "functorch.error_on_custom_op_aliasing, time.tzname, package.DynamoCache.path_prefix())"
+)
+
+
+def test_a_run_in_another_start_up_environment_gets_a_zygote_of_its_own(project: Path) -> None:
+    # TORCHINDUCTOR_CACHE_DIR left to Dynamo's import, from TMPDIR
+    base = {k: v for k, v in environment().items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    env = {**base, **SETTINGS}
+    argv = [sys.executable, "-c", PRINT_SETTINGS]
+    want, got = fresh(argv, project, env), forked(argv, project, env)
+    assert (got.returncode, got.stdout) == (want.returncode, want.stdout), got.stderr
+    assert "JST" in got.stdout
+    assert "/var/tmp/" in got.stdout
+    assert zygote.zygote_for(env) is not zygote.zygote_for(base)
 
 
 def test_runs_may_overlap(project: Path) -> None:
@@ -276,13 +295,14 @@ def test_killing_a_run_that_has_exited_does_nothing(project: Path) -> None:
 
 
 def test_a_dead_zygote_is_replaced(project: Path) -> None:
-    first = zygote._the_zygote()
+    first = zygote.zygote_for(os.environ)
     assert first is not None
     first._process.kill()
     first._process.wait()
-    done = zygote.run([sys.executable, "-c", "import sys; print('torch' in sys.modules)"])
+    argv = [sys.executable, "-c", "import sys; print('torch' in sys.modules)"]
+    done = forked(argv, project, dict(os.environ))
     assert (done.returncode, done.stdout) == (0, "True\n")
-    assert zygote._the_zygote() is not first
+    assert zygote.zygote_for(os.environ) is not first
 
 
 def test_pytesters_subprocess_runs_are_forked(pytester: pytest.Pytester) -> None:
