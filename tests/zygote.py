@@ -65,6 +65,9 @@ LATE_VARIABLES = (
     "NOBREAK_",
     "ASIC_",
     "TOX_ENV_DIR",
+    # the suite's own, read by the conftests of its inner runs
+    "NB_",
+    "EXPECTED_THREADS",
 )
 #: Read at start-up, and applied by a forked run itself.
 APPLIED = ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONWARNINGS")
@@ -449,9 +452,10 @@ class ZygoteError(RuntimeError):
     """The zygote died or did not answer."""
 
 
-#: Zygotes kept at once: a worker's runs come in a few environments (a test's, a module
-#: fixture's, which still has the variables a test's fixtures take away, such as ``CI``).
-KEPT = 3
+#: Zygotes kept at once: a worker's runs come in a few environments (a test's; a module
+#: fixture's, which still has the variables a test's fixtures take away, such as ``CI``; and
+#: each again once Inductor has set its ``_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR``).
+KEPT = 4
 _zygotes: dict[tuple[tuple[str, str], ...], Zygote] = {}  # by start-up environment, oldest first
 _starting = threading.Lock()  # a test may start its first two runs side by side
 

@@ -236,7 +236,7 @@ def test_a_run_in_another_start_up_environment_gets_a_zygote_of_its_own(project:
     assert (got.returncode, got.stdout) == (want.returncode, want.stdout), got.stderr
     assert "JST" in got.stdout
     assert "/var/tmp/" in got.stdout
-    assert zygote.zygote_for(env) is not zygote.zygote_for(base)
+    assert zygote.zygote_for(env) is not zygote.zygote_for(os.environ)
 
 
 def test_runs_may_overlap(project: Path) -> None:
