@@ -396,8 +396,8 @@ class ForkedProcess:
 
 
 class Zygote:
-    """The zygote process of this (test) process, started with the environment it compares
-    each request's with, in a directory of its own (where its log is)."""
+    """A zygote of this (test) process for the runs of one start-up environment
+    (:func:`zygote_for`), in a directory of its own, where its log is."""
 
     def __init__(self, env: Mapping[str, str]) -> None:
         self.env = {k: v for k, v in env.items() if k not in APPLIED}
