@@ -124,7 +124,7 @@ class Start:
     warnings: list[Any]  # the interpreter's warning filters, without PYTHONWARNINGS's
     imported: list[Any]  # the filters the imports of WARM put in front of them
     cwd: str  # the zygote's working directory, and the settings its imports derived from it
-    from_cwd: list[tuple[Any, str, str]]  # (config entry, name, value), for a run to redo
+    from_cwd: list[tuple[Any, str]]  # (config entry, its default), for a run to redo
     set_by_import: list[str]  # environment variables the imports set where they were unset
 
 
@@ -136,12 +136,13 @@ def _serve(fd: int, parent: int) -> None:
     environment = set(os.environ)
     for name in WARM:
         __import__(name)
+    cwd = os.getcwd()
     start = Start(
         base_path=sys.path[1:],  # started without PYTHONPATH: what the site module gave
         warnings=defaults,
         imported=warnings.filters[: len(warnings.filters) - len(defaults)],
-        cwd=os.getcwd(),
-        from_cwd=_settings_from(os.getcwd()),
+        cwd=cwd,
+        from_cwd=_settings_from(cwd),
         set_by_import=sorted(set(os.environ) - environment),
     )
     listener = socket.socket(fileno=fd)
@@ -168,7 +169,7 @@ def _serve(fd: int, parent: int) -> None:
         connection.close()
 
 
-def _settings_from(cwd: str) -> list[tuple[Any, str, str]]:
+def _settings_from(cwd: str) -> list[tuple[Any, str]]:
     """The defaults torch's config modules took from the working directory at import
     (``torch._dynamo.config.debug_dir_root``...): a fresh interpreter takes them from its own."""
     found = []
@@ -176,10 +177,10 @@ def _settings_from(cwd: str) -> list[tuple[Any, str, str]]:
         entries = getattr(module, "_config", None)
         if not isinstance(entries, dict) or not hasattr(module, "get_config_copy"):
             continue
-        for name, entry in entries.items():
+        for entry in entries.values():
             default = getattr(entry, "default", None)
             if isinstance(default, str) and (default + os.sep).startswith(cwd + os.sep):
-                found.append((entry, name, default))
+                found.append((entry, default))
     return found
 
 
@@ -248,7 +249,7 @@ def _child(request: dict[str, Any], fds: list[int], start: Start) -> None:
         # user, which are the zygote's: they are not among LATE_VARIABLES).
         if name not in env:
             os.environ[name] = value
-    for entry, _, default in start.from_cwd:
+    for entry, default in start.from_cwd:
         entry.default = cwd + default[len(start.cwd) :]
     import multiprocessing.process
 
