@@ -94,14 +94,16 @@ def _check_backend_name(name: str) -> None:
 
 
 def _check_host_kernels() -> None:
-    """A bad ``$ASIC_HOST_GEMM`` or ``$ASIC_HOST_PASSES`` (or native passes that do not build
-    when asked for) stops the run at once (exit 4, one line), not in a compile."""
+    """A bad ``$ASIC_HOST_GEMM``, ``$ASIC_INT_MM_LAYOUT`` or ``$ASIC_HOST_PASSES`` (or native
+    passes that do not build when asked for) stops the run at once (exit 4, one line), not in a
+    compile."""
     # Lazy: keeps torch out of the plugin's import until a test needs it.
     from asic_backend.sim import host_gemm, host_passes
 
     host_passes.reset()  # this run's environment, not an earlier run's in this process
     try:
         host_gemm.kernel()
+        host_gemm.layout_setting()
         host_passes.mode()
     except ValueError as exc:
         raise pytest.UsageError(f"asic: {exc}") from None

@@ -258,11 +258,11 @@ def _sym_scale(x: Tensor) -> Tensor:
 class _Weight:
     """A float linear's weight as the DUT takes it: int8 ``q [N, K]``, its float32 scales
     ``[N]``, and what the host kernels read of it, made at their first call
-    (:func:`asic_backend.sim.host_gemm.static_operand`; by kernel, and whether for one row)."""
+    (:func:`asic_backend.sim.host_gemm.static_operand`; by kernel and form)."""
 
     q: Tensor
     scale: Tensor
-    operands: dict[tuple[str, bool], host_gemm.StaticOperand] = dataclasses.field(
+    operands: dict[tuple[str, str], host_gemm.StaticOperand] = dataclasses.field(
         default_factory=dict
     )
 
@@ -537,7 +537,7 @@ def _static_kernel(k: int, *operands: Tensor) -> str | None:
 def _kept_operand(weight: _Weight, name: str, rows: int) -> host_gemm.StaticOperand:
     """What kernel ``name`` reads of ``weight`` to multiply ``rows`` rows by it, made at its
     first use and kept on it (:func:`asic_backend.sim.host_gemm.static_operand`)."""
-    slot = (name, rows > 1)
+    slot = (name, host_gemm.static_form(name, rows))
     operand = weight.operands.get(slot)
     if operand is None:
         operand = weight.operands[slot] = host_gemm.static_operand(name, weight.q, rows)

@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
@@ -56,8 +57,10 @@ __all__ = [
     "ENV_VAR",
     "F32_EXACT",
     "FLOAT32_SLICE",
+    "INT_MM_LAYOUTS",
     "INT_MM_MIN_K",
     "KERNELS",
+    "LAYOUT_ENV_VAR",
     "STATIC_KERNELS",
     "StaticOperand",
     "available_kernels",
@@ -68,14 +71,17 @@ __all__ = [
     "forced",
     "has_int8_unit",
     "int_mm_is_exact",
+    "int_mm_layout",
     "kernel",
     "kernel_for",
+    "layout_setting",
     "mm_i32",
     "native_linear_gemm",
     "one_gemm_is_exact",
     "scratch",
     "scratch_i32",
     "slice_length",
+    "static_form",
     "static_mm",
     "static_operand",
 ]
@@ -139,14 +145,22 @@ def describe() -> str:
     """One line for report headers: the kernel and why it was chosen."""
     name = kernel()
     if _forced:
-        return f"{name} (forced)"
+        return f"{name} (forced){_layout_note(name)}"
     spec = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
     if spec != "auto":
-        return f"{name} (${ENV_VAR}={spec})"
+        return f"{name} (${ENV_VAR}={spec}){_layout_note(name)}"
     unit = "an int8 dot-product unit" if has_int8_unit() else "no int8 dot-product unit"
     if name == "float32":
         return f"{name} (auto: {unit} on this CPU; int16: {int16_gemm.unavailable_reason()})"
-    return f"{name} (auto: {unit} on this CPU)"
+    return f"{name} (auto: {unit} on this CPU){_layout_note(name)}"
+
+
+def _layout_note(name: str) -> str:
+    if name != "int_mm":
+        return ""
+    spec = layout_setting()
+    how = "measured" if spec == "auto" else f"${LAYOUT_ENV_VAR}={spec}"
+    return f", weights as {_LAYOUT_SHAPES[int_mm_layout()]} ({how})"
 
 
 @functools.cache
@@ -221,14 +235,25 @@ class StaticOperand(NamedTuple):
     data: torch.Tensor | int16_gemm.Packed
 
 
+def static_form(name: str, rows: int) -> str:
+    """The form kernel ``name`` reads a static weight in to multiply ``rows`` rows by it: for
+    ``int_mm``, ``rows`` or ``columns`` (:func:`int_mm_layout`; a single row always by its rows,
+    oneDNN's GEMV), else the kernel's own. A caller that keeps operands keys them by it."""
+    if name != "int_mm":
+        return name
+    return "columns" if rows > 1 and int_mm_layout() == "columns" else "rows"
+
+
 def static_operand(name: str, w_q: torch.Tensor, rows: int) -> StaticOperand:
     """What kernel ``name`` (one of :data:`STATIC_KERNELS`) reads of the static ``w_q [N, K]``
-    to multiply ``rows`` rows by it, made once while ``w_q`` is unchanged. A caller that keeps
-    it (a dynamic linear's weight, :mod:`asic_backend.ops.linear`) passes it to
-    :func:`static_mm` on every call without looking it up again: a lookup is a handful of
-    Python objects, each a cache miss once a model's other layers have run."""
+    to multiply ``rows`` rows by it (:func:`static_form`), made once while ``w_q`` is
+    unchanged. A caller that keeps it (a dynamic linear's weight,
+    :mod:`asic_backend.ops.linear`) passes it to :func:`static_mm` on every call without
+    looking it up again: a lookup is a handful of Python objects, each a cache miss once a
+    model's other layers have run."""
     if name == "int_mm":
-        return StaticOperand(name, _columns(w_q) if rows > 1 else _rows(w_q).t())
+        form = static_form(name, rows)
+        return StaticOperand(name, _columns(w_q) if form == "columns" else _rows(w_q).t())
     if name == "int16":
         return StaticOperand(name, _packed(w_q))
     raise ValueError(f"asic: the {name} kernel keeps no static operand; {STATIC_KERNELS} do")
@@ -507,11 +532,8 @@ def float_weight(w_q: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def _columns(w_q: torch.Tensor) -> torch.Tensor:
     """``w_q [N, K]`` as a contiguous ``[K, N]`` for ``torch._int_mm``, kept while the weight
-    is unchanged. oneDNN's int8 GEMM by a row-major ``[K, N]`` takes 0.2x to 0.6x the time of
-    the same GEMM by the transposed ``[N, K]`` from M = 2 to 32 rows, and 0.75x to 0.97x from
-    128 (2048 to 8192 wide, AVX-512 VNNI, one or two threads); at M = 1 its GEMV kernel wants
-    ``[N, K]``, 3x to 5x faster, so a single row keeps the transposed view. Without a stamp
-    (an inference tensor) a copy per call would cost more than it saves: the view, then."""
+    is unchanged: the ``columns`` layout (:func:`int_mm_layout`). Without a stamp (an inference
+    tensor) a copy per call would cost more than it saves: the view, then."""
     # w_q.t() is row-major (w_q a view of a [K, N] already): nothing to keep (a kept view of the
     # key would keep the key alive in the weak-keyed cache). Read off w_q's strides: the view
     # is one more dispatch, which a cached copy does not need.
@@ -524,8 +546,9 @@ def _columns(w_q: torch.Tensor) -> torch.Tensor:
 
 
 def _rows(w_q: torch.Tensor) -> torch.Tensor:
-    """``w_q [N, K]`` row-major, as ``torch._int_mm``'s GEMV reads it (:func:`_columns`): itself,
-    or a row-major copy kept while the weight is unchanged (a program's own ``[K, N]`` weight,
+    """``w_q [N, K]`` row-major, as ``torch._int_mm``'s GEMV reads it, and its GEMM in the
+    ``rows`` layout (:func:`int_mm_layout`): itself, or a row-major copy kept while the weight
+    is unchanged (a program's own ``[K, N]`` weight,
     ``w_q`` its transposed view: a copy each call took 10x the GEMV at 1×2048×2048, one
     thread, AVX-512 VNNI host)."""
     if _is_row_major(w_q):
@@ -539,6 +562,72 @@ def _rows(w_q: torch.Tensor) -> torch.Tensor:
 def _packed(w_q: torch.Tensor) -> int16_gemm.Packed:
     """``w_q [N, K]`` packed for the ``int16`` kernel, kept while the weight is unchanged."""
     return _weight_copies["int16"].get(w_q, stamp(w_q), lambda: int16_gemm.pack(w_q))
+
+
+#: How ``torch._int_mm`` may read a kept weight from two rows on (:func:`int_mm_layout`).
+INT_MM_LAYOUTS: tuple[str, ...] = ("rows", "columns")
+#: The environment variable that forces one (or ``auto``, measured).
+LAYOUT_ENV_VAR = "ASIC_INT_MM_LAYOUT"
+_LAYOUT_SHAPES = {"rows": "[N, K] rows", "columns": "[K, N] columns"}
+#: The GEMM that decides ``auto``: 8 rows by a 2048-square weight, where the layouts' times
+#: differ 2x to 5x on every host measured, either way, so a busy machine does not flip it.
+_PROBE_SHAPE = (8, 2048, 2048)
+_PROBE_ROUNDS = 5
+
+
+def int_mm_layout() -> str:
+    """How ``torch._int_mm`` reads a weight kept for two or more rows: ``rows``, the weight's
+    own row-major ``[N, K]`` (passed as its transposed view), or ``columns``, a kept row-major
+    ``[K, N]`` copy. Same bits, and which is faster depends on the oneDNN kernel this CPU gets,
+    not on its flags: ``columns`` took 0.2x to 0.6x the time of ``rows`` from 2 to 32 rows and
+    0.75x to 0.97x from 128 on an AMD EPYC with AVX-512 VNNI, while on an Intel Xeon with AMX
+    ``rows`` took 0.3x to 0.5x the time of ``columns`` up to 32 rows and 0.45x to 0.9x from 128
+    (and was the faster there too with oneDNN held to AVX-512 VNNI), 2048 to 8192 wide, one
+    thread; with two threads both hosts kept their order up to 128 rows.
+    So ``auto`` measures it once per process (:data:`_PROBE_SHAPE`, a few milliseconds);
+    ``$ASIC_INT_MM_LAYOUT`` (``rows``, ``columns`` or ``auto``) forces it, read on each use.
+    A single row always reads ``rows`` (oneDNN's GEMV: 2x to 5x faster on both hosts).
+
+    >>> int_mm_layout()                        # on the Xeon with AMX
+    'rows'
+    """
+    spec = layout_setting()
+    return _measured_layout() if spec == "auto" else spec
+
+
+def layout_setting() -> str:
+    """``$ASIC_INT_MM_LAYOUT`` (:func:`int_mm_layout`): ``rows``, ``columns`` or ``auto``; any
+    other value is a ``ValueError`` naming the allowed ones."""
+    return _layout_from_env(os.environ.get(LAYOUT_ENV_VAR, "auto"))
+
+
+@functools.cache
+def _layout_from_env(raw: str) -> str:
+    value = raw.strip().lower() or "auto"
+    if value != "auto" and value not in INT_MM_LAYOUTS:
+        raise ValueError(
+            f"${LAYOUT_ENV_VAR}={value!r} is not one of {', '.join((*INT_MM_LAYOUTS, 'auto'))}"
+        )
+    return value
+
+
+@functools.cache
+def _measured_layout() -> str:
+    """``columns`` where its GEMM is the faster by a tenth at :data:`_PROBE_SHAPE`, best of
+    :data:`_PROBE_ROUNDS` rounds run in turn (the best, so a cold first call does not count),
+    else ``rows`` (no copy to keep)."""
+    m, k, n = _PROBE_SHAPE
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=gen)
+    w = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=gen)
+    layouts = {"rows": w.t(), "columns": w.t().contiguous()}
+    best = dict.fromkeys(layouts, float("inf"))
+    for _ in range(_PROBE_ROUNDS):
+        for name, b in layouts.items():
+            start = time.perf_counter()
+            torch._int_mm(a, b)
+            best[name] = min(best[name], time.perf_counter() - start)
+    return "columns" if best["columns"] < 0.9 * best["rows"] else "rows"
 
 
 #: The forms the kernels keep of static int8 operands (weights), one cache per form.

@@ -3,8 +3,10 @@ which one this host picks (``$ASIC_HOST_GEMM``)."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import weakref
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -18,19 +20,35 @@ from tests.asic import golden
 from tests.asic.test_numerics import OVERFLOW, GemmCase, gemm_case, run_linear_i32
 
 KERNELS = pytest.mark.parametrize("name", host_gemm.available_kernels())
+#: Each kernel, with ``int_mm`` under each weight layout (``int_mm@rows``...): the bits depend
+#: on neither.
+VARIANTS = [
+    *(name for name in host_gemm.available_kernels() if name != "int_mm"),
+    *(f"int_mm@{layout}" for layout in host_gemm.INT_MM_LAYOUTS),
+]
 
 
-@KERNELS
+@contextlib.contextmanager
+def forced(variant: str) -> Iterator[None]:
+    """Kernel ``variant`` forced (:data:`VARIANTS`), with its layout where it names one."""
+    name, _, layout = variant.partition("@")
+    with host_gemm.forced(name), pytest.MonkeyPatch.context() as patch:
+        if layout:
+            patch.setenv(host_gemm.LAYOUT_ENV_VAR, layout)
+        yield
+
+
+@pytest.mark.parametrize("name", VARIANTS)
 @settings(max_examples=40, deadline=None)
 @given(case=gemm_case(), overflow=OVERFLOW)
 def test_linear_i32_equals_golden_with_each_kernel(
     name: str, case: GemmCase, overflow: numerics.AccOverflow
 ) -> None:
-    with host_gemm.forced(name):
+    with forced(name):
         assert run_linear_i32(case, overflow).tolist() == case.golden(overflow)
 
 
-@KERNELS
+@pytest.mark.parametrize("name", VARIANTS)
 @pytest.mark.parametrize(
     "k", [1, 2, host_gemm.FLOAT32_SLICE, host_gemm.FLOAT32_SLICE + 1, 3000, numerics.INT_MM_MAX_K]
 )
@@ -43,7 +61,7 @@ def test_extreme_values_at_and_above_the_float32_slice(name: str, k: int) -> Non
     w = torch.full((2, k), -128, dtype=torch.int8)
     w[1, 1::2] = 1
     expected = a.long() @ w.long().t()
-    with host_gemm.forced(name):
+    with forced(name):
         out = numerics.linear_i32(a, w)
     assert out.dtype == torch.int32
     assert torch.equal(out.long(), expected)
@@ -121,12 +139,14 @@ def test_the_float_copy_is_made_once_per_weight() -> None:
         assert host_gemm.float_weight(w, torch.float32) is not copy
 
 
-def test_int_mm_reads_a_weight_as_kept_row_major_columns_but_one_row_by_its_rows(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("layout", host_gemm.INT_MM_LAYOUTS)
+def test_int_mm_reads_a_weight_in_the_layout_but_one_row_by_its_rows(
+    monkeypatch: pytest.MonkeyPatch, layout: str
 ) -> None:
-    """oneDNN's int8 GEMM is faster by a row-major ``[K, N]`` from two rows on, and its GEMV by
-    the transposed ``[N, K]``: the weight's ``[K, N]`` copy is made once, a row reads ``w``."""
+    """``columns``: the weight's row-major ``[K, N]`` copy is made once and read from two rows
+    on; ``rows``: ``w`` itself is read; a single row always reads ``w`` (oneDNN's GEMV)."""
     assert host_gemm.int_mm_is_exact()  # its own check runs before the spy, once a process
+    monkeypatch.setenv(host_gemm.LAYOUT_ENV_VAR, layout)
     seen: list[torch.Tensor] = []
     real = torch._int_mm
 
@@ -142,9 +162,13 @@ def test_int_mm_reads_a_weight_as_kept_row_major_columns_but_one_row_by_its_rows
         for a in (rows, rows, rows[:1]):
             product = host_gemm.mm_i32(a, w, w_static=True)
             assert torch.equal(product.long(), a.long() @ w.long().t())
-    columns, again, row = seen
-    assert (columns.shape, columns.is_contiguous()) == ((64, 24), True)
-    assert again is columns  # kept
+    first, again, row = seen
+    if layout == "columns":
+        assert (first.shape, first.is_contiguous()) == ((64, 24), True)
+        assert again is first  # kept
+    else:
+        assert (first.data_ptr(), first.stride()) == (w.data_ptr(), (1, 64))
+        assert (again.data_ptr(), again.stride()) == (w.data_ptr(), (1, 64))
     assert (row.data_ptr(), row.stride()) == (w.data_ptr(), (1, 64))  # w itself, transposed
 
 
@@ -165,6 +189,7 @@ def test_a_fresh_view_of_a_weight_each_call_finds_its_kept_copy(name: str) -> No
         return real(key, version, lambda: (made.append(1), make())[1])  # type: ignore[operator]
 
     with host_gemm.forced(name), pytest.MonkeyPatch.context() as patch:
+        patch.setenv(host_gemm.LAYOUT_ENV_VAR, "columns")  # int_mm's copy (rows reads w itself)
         patch.setattr(host_gemm._weight_copies[cache], "get", counting)
         for _ in range(3):
             product = host_gemm.mm_i32(a, weight[:], w_static=True)
@@ -180,9 +205,12 @@ def test_a_fresh_view_of_a_weight_each_call_finds_its_kept_copy(name: str) -> No
 
 
 @gc_freeze.paused()  # it checks that a dropped tensor is collected
-def test_int_mm_keeps_no_copy_of_a_weight_already_row_major_columns() -> None:
-    """``w_q`` a view of a ``[K, N]`` tensor is read as it is. A kept view of it would hold
-    its key alive in the weak-keyed cache."""
+def test_int_mm_keeps_no_copy_of_a_weight_already_row_major_columns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In the ``columns`` layout, ``w_q`` a view of a ``[K, N]`` tensor is read as it is. A
+    kept view of it would hold its key alive in the weak-keyed cache."""
+    monkeypatch.setenv(host_gemm.LAYOUT_ENV_VAR, "columns")
     gen = torch.Generator().manual_seed(4)
     columns = torch.randint(-128, 128, (64, 24), dtype=torch.int8, generator=gen)
     a = torch.randint(-128, 128, (8, 64), dtype=torch.int8, generator=gen)
@@ -193,6 +221,50 @@ def test_int_mm_keeps_no_copy_of_a_weight_already_row_major_columns() -> None:
     del columns
     gc.collect()
     assert kept() is None
+
+
+@pytest.mark.parametrize(
+    ("rows_s", "columns_s", "chosen"),
+    [(1.0, 0.5, "columns"), (1.0, 0.95, "rows"), (0.4, 1.0, "rows")],
+)
+def test_auto_takes_the_layout_measured_faster_by_a_tenth(
+    monkeypatch: pytest.MonkeyPatch, rows_s: float, columns_s: float, chosen: str
+) -> None:
+    """``auto`` times both layouts' GEMMs in turn, keeps each one's best, and takes
+    ``columns`` only where it is faster by a tenth (``rows`` keeps no copy); here on a fake
+    clock that a GEMM advances by its layout's time."""
+    now = [0.0]
+    calls: list[str] = []
+
+    def fake_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        layout = "columns" if b.is_contiguous() else "rows"
+        calls.append(layout)
+        # A slow first round of each, which must not count.
+        now[0] += (rows_s if layout == "rows" else columns_s) * (
+            9 if calls.count(layout) == 1 else 1
+        )
+        return torch.empty(0)
+
+    monkeypatch.setattr(torch, "_int_mm", fake_int_mm)
+    monkeypatch.setattr(host_gemm.time, "perf_counter", lambda: now[0])
+    monkeypatch.delenv(host_gemm.LAYOUT_ENV_VAR, raising=False)
+    assert host_gemm._measured_layout.__wrapped__() == chosen
+    assert calls == ["rows", "columns"] * host_gemm._PROBE_ROUNDS
+
+
+def test_the_layout_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(host_gemm.LAYOUT_ENV_VAR, " Columns ")
+    assert (host_gemm.int_mm_layout(), host_gemm.static_form("int_mm", 2)) == ("columns",) * 2
+    assert host_gemm.static_form("int_mm", 1) == "rows"  # a single row: the GEMV's layout
+    assert host_gemm.static_form("int16", 2) == "int16"
+    monkeypatch.setenv(host_gemm.LAYOUT_ENV_VAR, "auto")
+    assert host_gemm.int_mm_layout() == host_gemm._measured_layout()
+    assert host_gemm.int_mm_layout() in host_gemm.INT_MM_LAYOUTS
+    monkeypatch.setenv(host_gemm.LAYOUT_ENV_VAR, "kn")
+    with pytest.raises(
+        ValueError, match=r"^\$ASIC_INT_MM_LAYOUT='kn' is not one of rows, columns, auto$"
+    ):
+        host_gemm.int_mm_layout()
 
 
 @KERNELS
@@ -328,8 +400,8 @@ def test_dyn_conv_gives_the_same_bits_under_every_kernel(
     b = torch.randn(w_shape[0], generator=gen)
     spatial = len(x_shape) - 2
     outs = []
-    for name in host_gemm.available_kernels():
-        with host_gemm.forced(name):
+    for name in VARIANTS:
+        with forced(name):
             outs.append(
                 torch.ops.asic.dyn_conv(
                     x,
@@ -351,17 +423,19 @@ def test_dyn_conv_gives_the_same_bits_under_every_kernel(
 STATIC_KERNELS = [k for k in host_gemm.available_kernels() if k in host_gemm.STATIC_KERNELS]
 
 
-@pytest.mark.parametrize("name", STATIC_KERNELS)
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v.split("@")[0] in STATIC_KERNELS])
 @pytest.mark.parametrize("rows", [1, 5])
 @pytest.mark.parametrize("into", ["new", "out"])
-def test_a_static_operand_gives_mm_i32s_bits(name: str, rows: int, into: str) -> None:
+def test_a_static_operand_gives_mm_i32s_bits(variant: str, rows: int, into: str) -> None:
     """What a kernel keeps of a weight, made once and multiplied by directly: the product
     ``mm_i32`` gives by the weight, with the extreme values."""
+    name = variant.split("@")[0]
     gen = torch.Generator().manual_seed(rows)
     a = torch.randint(-128, 128, (rows, 70), dtype=torch.int8, generator=gen)
     w = torch.randint(-128, 128, (9, 70), dtype=torch.int8, generator=gen)
     a[0], w[0] = -128, -128
-    operand = host_gemm.static_operand(name, w, rows)
+    with forced(variant):
+        operand = host_gemm.static_operand(name, w, rows)
     assert operand.kernel == name
     out = torch.empty(rows, 9, dtype=torch.int32) if into == "out" else None
     got = host_gemm.static_mm(a, operand, out=out)
@@ -369,10 +443,10 @@ def test_a_static_operand_gives_mm_i32s_bits(name: str, rows: int, into: str) ->
     assert torch.equal(got.long(), a.long() @ w.long().t())
     if out is not None:
         assert got.data_ptr() == out.data_ptr()
-    with host_gemm.forced(name):
+    with forced(variant):
         assert torch.equal(got, host_gemm.mm_i32(a, w, w_static=True))
-    # Kept (or a view of the weight itself), not made again.
-    again = host_gemm.static_operand(name, w, rows).data
+        # Kept (or a view of the weight itself), not made again.
+        again = host_gemm.static_operand(name, w, rows).data
     assert _storage(again) == _storage(operand.data)
 
 
@@ -390,14 +464,16 @@ def test_a_float_kernel_keeps_no_static_operand(name: str) -> None:
 
 @pytest.mark.parametrize("k", [64, 3 * host_gemm.FLOAT32_SLICE + 7])
 def test_dyn_linear_gives_the_same_bits_under_every_kernel(k: int) -> None:
+    """One weight through every kernel and layout in turn: each reads its own kept form of it
+    (``int_mm``'s by layout), never another's."""
     import asic_backend.ops.linear  # noqa: F401  (registers asic::dyn_linear)
 
     gen = torch.Generator().manual_seed(4)
     x, w = torch.randn(5, k, generator=gen), torch.randn(6, k, generator=gen)
     b = torch.randn(6, generator=gen)
     outs = []
-    for name in host_gemm.available_kernels():
-        with host_gemm.forced(name):
+    for name in VARIANTS:
+        with forced(name):
             outs.append(torch.ops.asic.dyn_linear(x, w, b, False, True, "default"))
     assert all(torch.equal(out, outs[0]) for out in outs[1:])
 

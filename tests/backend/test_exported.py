@@ -203,16 +203,20 @@ def test_int_mm_on_the_dut_is_the_exact_integer_product(
     assert out.tolist() == exact
 
 
-@pytest.mark.parametrize("kernel", ["int_mm", "float32"])
+@pytest.mark.parametrize("kernel", ["int_mm@columns", "int_mm@rows", "float32"])
 def test_int_mm_by_a_row_major_weight_copies_it_at_most_once(
     kernel: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A program's own ``[K, N]`` int8 weight: ``int_mm`` reads it as it is from two rows on and
-    one kept row-major ``[N, K]`` copy for a single row (its GEMV's layout); ``float32`` keeps
-    one float copy of it over every call."""
+    """A program's own ``[K, N]`` int8 weight: ``int_mm`` in the ``columns`` layout reads it as
+    it is from two rows on and one kept row-major ``[N, K]`` copy for a single row (its GEMV's
+    layout), in the ``rows`` layout that copy for every call; ``float32`` keeps one float copy
+    of it over every call."""
     from asic_backend.sim import host_gemm
 
     host_gemm.int_mm_is_exact()  # its own check runs before the spies, once a process
+    kernel, _, layout = kernel.partition("@")
+    if layout:
+        monkeypatch.setenv(host_gemm.LAYOUT_ENV_VAR, layout)
     gen = torch.Generator().manual_seed(8)
     b = torch.randint(-128, 128, (2048, 16), dtype=torch.int8, generator=gen)
     rows = torch.randint(-128, 128, (4, 2048), dtype=torch.int8, generator=gen)
@@ -233,10 +237,14 @@ def test_int_mm_by_a_row_major_weight_copies_it_at_most_once(
         for a in (rows, rows, rows[:1], rows[:1], rows[:1]):
             out = torch.ops.asic.int_mm(a, b, "default")
             assert torch.equal(out.long(), a.long() @ b.long())
-    if kernel == "int_mm":
+    if layout == "columns":
         addresses = [y.data_ptr() for y in read]
         assert addresses[:2] == [b.data_ptr()] * 2
         assert addresses[2:] == [addresses[2]] * 3
         assert read[2].t().is_contiguous()
+    elif layout == "rows":
+        assert [y.data_ptr() for y in read] == [read[0].data_ptr()] * 5
+        assert read[0].t().is_contiguous()
+        assert read[0].data_ptr() != b.data_ptr()
     else:
         assert made == [1]

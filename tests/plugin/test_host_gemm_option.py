@@ -1,5 +1,6 @@
-"""``$ASIC_HOST_GEMM`` and ``$ASIC_HOST_PASSES`` under ``--asic-backend``: the header and the
-reports name the kernel and the passes, a bad value is a usage error before any test."""
+"""``$ASIC_HOST_GEMM``, ``$ASIC_INT_MM_LAYOUT`` and ``$ASIC_HOST_PASSES`` under
+``--asic-backend``: the header and the reports name the kernel (with ``int_mm``'s weight layout)
+and the passes, a bad value is a usage error before any test."""
 
 from __future__ import annotations
 
@@ -21,7 +22,11 @@ def suite(pytester: pytest.Pytester) -> pytest.Pytester:
     ("env", "line"),
     [
         ("float64", "nobreak: host GEMM kernel float64 ($ASIC_HOST_GEMM=float64)"),
-        ("int_mm", "nobreak: host GEMM kernel int_mm ($ASIC_HOST_GEMM=int_mm)"),
+        (
+            "int_mm",
+            "nobreak: host GEMM kernel int_mm ($ASIC_HOST_GEMM=int_mm), weights as "
+            "[[]*] * (measured)",
+        ),
         pytest.param(
             "int16",
             "nobreak: host GEMM kernel int16 ($ASIC_HOST_GEMM=int16)",
@@ -29,7 +34,7 @@ def suite(pytester: pytest.Pytester) -> pytest.Pytester:
                 not int16_gemm.available(), reason=int16_gemm.unavailable_reason()
             ),
         ),
-        ("auto", "nobreak: host GEMM kernel * (auto: * int8 dot-product unit on this CPU)"),
+        ("auto", "nobreak: host GEMM kernel * (auto: * int8 dot-product unit on this CPU)*"),
     ],
 )
 def test_the_header_names_the_kernel(
@@ -43,18 +48,38 @@ def test_the_header_names_the_kernel(
     )
 
 
-def test_a_bad_kernel_is_a_usage_error(
-    suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("layout", "shown"), [("rows", "[[]N, K] rows"), ("columns", "[[]K, N] columns")]
+)
+def test_the_header_names_a_forced_weight_layout(
+    suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, layout: str, shown: str
 ) -> None:
-    monkeypatch.setenv("ASIC_HOST_GEMM", "fastest")
+    monkeypatch.setenv("ASIC_HOST_GEMM", "int_mm")
+    monkeypatch.setenv("ASIC_INT_MM_LAYOUT", f" {layout.upper()} ")
     result = suite.runpytest("-p", "no:cacheprovider", "--asic-backend")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
         [
-            "ERROR: asic: $ASIC_HOST_GEMM='fastest' is not one of int_mm, float32, float64, "
-            "int16, auto"
+            "nobreak: host GEMM kernel int_mm ($ASIC_HOST_GEMM=int_mm), weights as "
+            f"{shown} ($ASIC_INT_MM_LAYOUT={layout})"
         ]
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "allowed"),
+    [
+        ("ASIC_HOST_GEMM", "fastest", "int_mm, float32, float64, int16, auto"),
+        ("ASIC_INT_MM_LAYOUT", "kn", "rows, columns, auto"),
+    ],
+)
+def test_a_bad_kernel_or_layout_is_a_usage_error(
+    suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, name: str, value: str, allowed: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    result = suite.runpytest("-p", "no:cacheprovider", "--asic-backend")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: asic: ${name}={value!r} is not one of {allowed}"])
 
 
 @pytest.mark.parametrize(
