@@ -94,7 +94,16 @@ _BASE_FLAGS = (
     "-shared",
 )
 #: Tried in order; the first that builds is used (a compiler may lack OpenMP or -march=native).
-_OPTIONAL_FLAGS = (("-march=native", "-fopenmp"), ("-fopenmp",), ("-march=native",), ())
+#: 512-bit vectors where the CPU has them (GCC's default is 256): the row quantization of a
+#: 512 x 8192 prefill activation took 0.75x the time (Xeon with AMX, one thread); the values
+#: are the same, each lane's IEEE operations in the same order.
+_OPTIONAL_FLAGS = (
+    ("-march=native", "-mprefer-vector-width=512", "-fopenmp"),
+    ("-march=native", "-fopenmp"),
+    ("-fopenmp",),
+    ("-march=native",),
+    (),
+)
 #: Built into one library: the passes, and the int16 host GEMM (:mod:`asic_backend.sim.int16_gemm`).
 _SOURCES = ("host_passes.c", "int16_gemm.c")
 _BUILD_TIMEOUT_S = 120
