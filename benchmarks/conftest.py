@@ -8,6 +8,7 @@ the median: on a shared machine every other statistic measures the neighbours to
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from collections.abc import Callable, Iterator
@@ -140,15 +141,20 @@ def ratio_table(rows: dict[str, Row]) -> list[str]:
     Interleaved runs name their variants per kernel (``gemm@float32``, ``dut@float32``,
     ``dut_aten@float32``, ``dut_inductor@float32``: the DUT with that kernel forced, with the
     aten kernels' host passes instead of the native ones, compiled with ``host="inductor"``, and
-    the kernel alone on the same int8 operands); separately timed runs have ``int_mm`` (raw
-    ``torch._int_mm``), ``dut`` and ``dut_inductor`` with this host's own kernel.
+    the kernel alone on the same int8 operands), and may have ``torchao``: the layer as TorchAO's
+    dynamic int8 under Inductor, whatever the kernel (its GEMMs are ``torch._int_mm``'s);
+    separately timed runs have ``int_mm`` (raw ``torch._int_mm``), ``dut`` and ``dut_inductor``
+    with this host's own kernel.
     """
     presets = sorted({p for row in rows.values() for p in row.sim_s})
     per_kernel = {group: _per_kernel(row) for group, row in rows.items()}
     aten = any("dut_aten" in t for timed in per_kernel.values() for _, t in timed)
+    torchao = any("torchao" in t for timed in per_kernel.values() for _, t in timed)
     head = ["layer (M×K×N)", "host GEMM", "fp32 ms", "GEMM ms", "DUT ms", "DUT/fp32", "DUT/GEMM"]
     head += ["DUT aten ms", "DUT aten/GEMM"] if aten else []
-    head += ["DUT ind ms", "DUT ind/GEMM", *(f"sim {p} µs" for p in presets)]
+    head += ["DUT ind ms", "DUT ind/GEMM"]
+    head += ["TorchAO ms", "DUT/TorchAO"] if torchao else []
+    head += [f"sim {p} µs" for p in presets]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for group, row in rows.items():
         for kernel, t in per_kernel[group]:
@@ -163,6 +169,9 @@ def ratio_table(rows: dict[str, Row]) -> list[str]:
                 )
             ind = t.get("dut_inductor")
             cells += [_number(ind * 1e3), over_gemm(ind / t["gemm"])] if ind else ["-", "-"]
+            if torchao:
+                peer = t.get("torchao")
+                cells += [_number(peer * 1e3), f"{t['dut'] / peer:.2f}"] if peer else ["-", "-"]
             cells += [_number(row.sim_s[p] * 1e6) if p in row.sim_s else "-" for p in presets]
             out.append("| " + " | ".join(cells) + " |")
     if any(BELOW_FLOOR in line for line in out[2:]):
@@ -171,7 +180,8 @@ def ratio_table(rows: dict[str, Row]) -> list[str]:
 
 
 def _per_kernel(row: Row) -> list[tuple[str, dict[str, float]]]:
-    """``(kernel, {fp32, gemm, dut[, dut_inductor]})`` per host GEMM kernel the row measured."""
+    """``(kernel, {fp32, gemm, dut[, dut_aten, dut_inductor, torchao]})`` per host GEMM kernel
+    the row measured."""
     t = row.interleaved
     kernels = [k for k in host_gemm.KERNELS if {"fp32", f"gemm@{k}", f"dut@{k}"} <= t.keys()]
     if kernels:
@@ -183,6 +193,7 @@ def _per_kernel(row: Row) -> list[tuple[str, dict[str, float]]]:
                     "gemm": t[f"gemm@{k}"],
                     "dut": t[f"dut@{k}"],
                     **{v: t[f"{v}@{k}"] for v in ("dut_aten", "dut_inductor") if f"{v}@{k}" in t},
+                    **{v: t[v] for v in ("torchao",) if v in t},
                 },
             )
             for k in kernels
@@ -194,6 +205,23 @@ def _per_kernel(row: Row) -> list[tuple[str, dict[str, float]]]:
     if "dut_inductor" in m:
         times["dut_inductor"] = m["dut_inductor"]
     return [(f"{host_gemm.kernel()} (GEMM: raw _int_mm)", times)]
+
+
+#: TorchAO's Int8Tensor asks for a cache hash it does not have yet: its concern, not the figures.
+AO_CACHE_WARNING = "ignore:Int8Tensor does not implement _stable_hash_for_caching:UserWarning"
+
+
+def torchao_peer(model: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A copy of ``model`` as TorchAO's dynamic int8 (per-token activations, per-channel
+    weights) compiled with Inductor: the production int8 path on the CPU, the DUT path's peer.
+    Skips the test where TorchAO is not installed."""
+    ao = pytest.importorskip("torchao.quantization")
+    peer = copy.deepcopy(model)
+    ao.quantize_(peer, ao.Int8DynamicActivationInt8WeightConfig())
+    compiled: Callable[[torch.Tensor], torch.Tensor] = torch.compile(
+        peer, backend="inductor", fullgraph=True
+    )
+    return compiled
 
 
 def forced_kernel(name: str, fn: Callable[[], Any]) -> Callable[[], Any]:

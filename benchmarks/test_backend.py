@@ -27,7 +27,6 @@ either kind shows what the other sees), prints the ratios and stores them in its
 from __future__ import annotations
 
 import contextlib
-import copy
 import gc
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -41,6 +40,7 @@ from asic_backend.ops.linear import quantize_sym_rows
 from asic_backend.sim import host_gemm
 from asic_backend.sim.device import get_device
 from benchmarks.conftest import (
+    AO_CACHE_WARNING,
     BELOW_FLOOR,
     FLOOR_NOTE,
     best_interleaved,
@@ -48,14 +48,13 @@ from benchmarks.conftest import (
     host_line,
     over_gemm,
     smoke_rows,
+    torchao_peer,
 )
 
 pytest.importorskip("pytest_benchmark")
 
 M, K, N = 256, 4096, 4096
 GROUP = "mlp-256x4096x4096"
-#: TorchAO's Int8Tensor asks for a cache hash it does not have yet: its concern, not the figures.
-_AO_CACHE_WARNING = "ignore:Int8Tensor does not implement _stable_hash_for_caching:UserWarning"
 #: Dynamic int8 against fp32: max |error| / max |y|.
 TOLERANCE = 5e-2
 #: Compile-only seconds per model and backend, measured by test_compile_time, for test_ratios.
@@ -89,17 +88,6 @@ def _close(out: torch.Tensor, ref: torch.Tensor) -> None:
 def _asic(model: nn.Module, host: str) -> Callable[[torch.Tensor], torch.Tensor]:
     compiled: Callable[[torch.Tensor], torch.Tensor] = torch.compile(
         model, backend=make_backend(host=host), fullgraph=True
-    )
-    return compiled
-
-
-def _torchao_peer(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-    """TorchAO's dynamic int8 (per-token activations, per-channel weights) under Inductor."""
-    ao = pytest.importorskip("torchao.quantization")
-    peer = copy.deepcopy(model)
-    ao.quantize_(peer, ao.Int8DynamicActivationInt8WeightConfig())
-    compiled: Callable[[torch.Tensor], torch.Tensor] = torch.compile(
-        peer, backend="inductor", fullgraph=True
     )
     return compiled
 
@@ -149,9 +137,9 @@ def test_raw_int_mm(benchmark: Any) -> None:
 
 
 @pytest.mark.benchmark(group=GROUP)
-@pytest.mark.filterwarnings(_AO_CACHE_WARNING)
+@pytest.mark.filterwarnings(AO_CACHE_WARNING)
 def test_torchao_inductor(benchmark: Any, model: nn.Module, x: torch.Tensor) -> None:
-    peer, x_peer = _torchao_peer(model), _peer_rows(x, benchmark.disabled)
+    peer, x_peer = torchao_peer(model), _peer_rows(x, benchmark.disabled)
     _close(peer(x_peer), model(x_peer))
     benchmark(peer, x_peer)
 
@@ -242,7 +230,7 @@ def test_compile_time(benchmark: Any, model: nn.Module, x: torch.Tensor, which: 
 
 
 @pytest.mark.benchmark(group="ratios")
-@pytest.mark.filterwarnings(_AO_CACHE_WARNING)
+@pytest.mark.filterwarnings(AO_CACHE_WARNING)
 def test_ratios(
     benchmark: Any, model: nn.Module, x: torch.Tensor, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -265,7 +253,7 @@ def test_ratios(
         fns[f"gemm@{name}"] = forced_kernel(
             name, lambda: [host_gemm.mm_i32(a, w, w_static=True) for a, w in pair]
         )
-    peer, x_peer = _torchao_peer(model), _peer_rows(x, benchmark.disabled)
+    peer, x_peer = torchao_peer(model), _peer_rows(x, benchmark.disabled)
     peer(x_peer)
     fns |= {"eager_fp32": lambda: model(x), "torchao": lambda: peer(x_peer)}
     rounds = 1 if benchmark.disabled else 15

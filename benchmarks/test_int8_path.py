@@ -27,7 +27,10 @@ A table of the DUT/fp32 and DUT/GEMM ratios per shape and host GEMM kernel close
 fp32, and for each of the ``int_mm`` and ``float32`` kernels (forced, so a host with an int8
 dot-product unit shows what one without sees, and the reverse) the kernel alone and the DUT
 (with the native host passes, and with the aten kernels' as a machine without a C compiler
-runs them: ``asic_backend.sim.host_passes``).
+runs them: ``asic_backend.sim.host_passes``), and, where TorchAO is installed, the layer as
+TorchAO's dynamic int8 under Inductor (the production int8 path, for the DUT/TorchAO column).
+``test_int_mm_layouts`` times ``torch._int_mm`` by each weight layout the ``int_mm`` kernel may
+keep, which it measures once per process (``asic_backend.sim.host_gemm.int_mm_layout``).
 Every test first checks its numbers (DUT close to fp32, ``_int_mm`` exact, the simulated figures
 equal to the cycle model's), so a fast wrong path fails; nothing asserts on time.
 """
@@ -37,6 +40,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import importlib.util
 from collections.abc import Callable
 from typing import Any
 
@@ -54,14 +58,17 @@ from asic_backend.sim.config import AsicConfig
 from asic_backend.sim.cycles import ACC_BYTES, gemm_cost
 from asic_backend.sim.device import get_device
 from benchmarks.conftest import (
+    AO_CACHE_WARNING,
     DUT_PRESET,
     TIMED_ONLY,
     best_interleaved,
     forced_kernel,
+    host_line,
     record,
     record_interleaved,
     smoke_rows,
     timed_kernels,
+    torchao_peer,
 )
 
 pytest.importorskip("pytest_benchmark")
@@ -289,6 +296,7 @@ def _run_dut(
 
 
 @pytest.mark.parametrize("layer", LAYER_PARAMS)
+@pytest.mark.filterwarnings(AO_CACHE_WARNING)
 def test_interleaved(benchmark: Any, layer: Layer, request: pytest.FixtureRequest) -> None:
     """fp32 and, per host GEMM kernel (``int_mm`` and ``float32``, forced), the kernel alone and
     the DUT (the op, and compiled with ``host="inductor"``) run round robin, so each ratio of
@@ -324,6 +332,13 @@ def test_interleaved(benchmark: Any, layer: Layer, request: pytest.FixtureReques
         )
     fp32 = fp32_fn(layer)
     fns: dict[str, Callable[[], Any]] = {"fp32": fp32}
+    if not benchmark.disabled and importlib.util.find_spec("torchao") is not None:
+        # The production int8 path on the same layer: what the DUT's overhead over its GEMM
+        # compares with (TorchAO's quantization and rescale are Inductor's kernels).
+        peer = torchao_peer(block)
+        with torch.no_grad():
+            assert_close(peer(x), fp32())
+        fns["torchao"] = functools.partial(peer, x)
     for name in timed_kernels(benchmark.disabled):
         # The kernel alone on int8 operands, as the DUT calls it (weights static, so a float
         # kernel keeps their float copy), then the DUT with that kernel.
@@ -359,3 +374,50 @@ def _dyn_linear(x: torch.Tensor, *, w: torch.Tensor, b: torch.Tensor, key: str) 
     # cached), called as the compiled aten graph calls it (asic_backend.ops.library.DIRECT_CALLS).
     out: torch.Tensor = _DYN_LINEAR(x, w, b, False, True, key)
     return out
+
+
+#: The linears of two rows or more (:func:`test_int_mm_layouts`).
+_LAYOUT_LAYERS = [layer for layer in LAYERS if layer.kind != "mlp" and layer.m > 1]
+
+
+@pytest.mark.benchmark(group="int_mm weight layouts")
+def test_int_mm_layouts(
+    benchmark: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``torch._int_mm`` by each weight layout the ``int_mm`` kernel may keep
+    (:func:`asic_backend.sim.host_gemm.int_mm_layout`: the weight's own ``[N, K]`` rows, or a
+    row-major ``[K, N]`` copy), at every linear shape, round robin: which is faster is the
+    CPU's oneDNN kernel's, so the table shows what ``auto`` measured and why. A single row
+    always reads the rows (oneDNN's GEMV), so only shapes of two rows or more are timed. A
+    plain run checks that both layouts give the same bits."""
+    host_gemm.int_mm_is_exact()  # its own check (both layouts), once a process
+    fns: dict[str, Callable[[], Any]] = {}
+    for layer in _LAYOUT_LAYERS:
+        ((m, k, n),) = layer.gemms
+        rows = smoke_rows(m, benchmark.disabled)
+        a, w = int8(rows, k), int8(n, k)
+        products = []
+        for layout in host_gemm.INT_MM_LAYOUTS:
+            monkeypatch.setenv(host_gemm.LAYOUT_ENV_VAR, layout)
+            operand = host_gemm.static_operand("int_mm", w, rows)
+            products.append(host_gemm.static_mm(a, operand))
+            fns[f"{layer.group}@{layout}"] = functools.partial(host_gemm.static_mm, a, operand)
+        assert torch.equal(*products)
+    monkeypatch.delenv(host_gemm.LAYOUT_ENV_VAR)
+    best: dict[str, float] = {}
+    rounds = 1 if benchmark.disabled else 20
+    benchmark.pedantic(lambda: best.update(best_interleaved(fns, rounds)), rounds=1)
+    if benchmark.disabled:  # one pass ran as a smoke test; single-shot ratios would mislead
+        return
+    lines = ["| layer (M×K×N) | rows ms | columns ms | columns/rows |", "|---|---|---|---|"]
+    for layer in _LAYOUT_LAYERS:
+        by_rows, by_columns = (best[f"{layer.group}@{name}"] for name in host_gemm.INT_MM_LAYOUTS)
+        ratio = by_columns / by_rows
+        benchmark.extra_info[f"{layer.group} columns/rows"] = round(ratio, 3)
+        lines.append(
+            f"| {layer.group} | {by_rows * 1e3:.3g} | {by_columns * 1e3:.3g} | {ratio:.2f} |"
+        )
+    with capsys.disabled():
+        print(f"\n{host_line()}")
+        print(f"int_mm weight layout from two rows on: {host_gemm.int_mm_layout()} (one row: rows)")
+        print("\n".join(lines))

@@ -35,3 +35,28 @@ def test_the_aten_passes_have_columns_of_their_own_where_measured() -> None:
     assert table[2].split(" | ")[7:9] == ["2,600", "1.30"]
     assert table[3].split(" | ")[7:9] == ["-", "-"]
     assert "DUT aten ms" not in ratio_table({"decode": _row(3.0)})[0]
+
+
+def test_the_torchao_peer_has_columns_of_its_own_where_measured() -> None:
+    """TorchAO's layer is one time for every kernel's line, each DUT compared with it."""
+    timed = Row(
+        interleaved={
+            "fp32": 4.0,
+            "torchao": 2.5,
+            **{
+                f"{v}@{k}": t for k in ("int_mm", "int16") for v, t in (("gemm", 2.0), ("dut", 2.2))
+            },
+            "dut@int16": 3.0,
+        }
+    )
+    table = ratio_table({"decode": timed, "prefill": _row(3.0)})
+    head = _cells(table[0])
+    assert head[9:11] == ["TorchAO ms", "DUT/TorchAO"]
+    lines = [_cells(line) for line in table[2:5]]
+    assert [line[1] for line in lines] == ["int_mm", "int16", "int_mm"]
+    assert [line[9:11] for line in lines] == [["2,500", "0.88"], ["2,500", "1.20"], ["-", "-"]]
+    assert "TorchAO" not in ratio_table({"decode": _row(3.0)})[0]
+
+
+def _cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
