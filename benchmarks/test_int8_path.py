@@ -381,9 +381,7 @@ _LAYOUT_LAYERS = [layer for layer in LAYERS if layer.kind != "mlp" and layer.m >
 
 
 @pytest.mark.benchmark(group="int_mm weight layouts")
-def test_int_mm_layouts(
-    benchmark: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_int_mm_layouts(benchmark: Any, capsys: pytest.CaptureFixture[str]) -> None:
     """``torch._int_mm`` by each weight layout the ``int_mm`` kernel may keep
     (:func:`asic_backend.sim.host_gemm.int_mm_layout`: the weight's own ``[N, K]`` rows, or a
     row-major ``[K, N]`` copy), at every linear shape, round robin: which is faster is the
@@ -398,12 +396,10 @@ def test_int_mm_layouts(
         a, w = int8(rows, k), int8(n, k)
         products = []
         for layout in host_gemm.INT_MM_LAYOUTS:
-            monkeypatch.setenv(host_gemm.LAYOUT_ENV_VAR, layout)
-            operand = host_gemm.static_operand("int_mm", w, rows)
+            operand = host_gemm.static_operand("int_mm", w, rows, layout)
             products.append(host_gemm.static_mm(a, operand))
             fns[f"{layer.group}@{layout}"] = functools.partial(host_gemm.static_mm, a, operand)
         assert torch.equal(*products)
-    monkeypatch.delenv(host_gemm.LAYOUT_ENV_VAR)
     best: dict[str, float] = {}
     rounds = 1 if benchmark.disabled else 20
     benchmark.pedantic(lambda: best.update(best_interleaved(fns, rounds)), rounds=1)

@@ -537,10 +537,11 @@ def _static_kernel(k: int, *operands: Tensor) -> str | None:
 def _kept_operand(weight: _Weight, name: str, rows: int) -> host_gemm.StaticOperand:
     """What kernel ``name`` reads of ``weight`` to multiply ``rows`` rows by it, made at its
     first use and kept on it (:func:`asic_backend.sim.host_gemm.static_operand`)."""
-    slot = (name, host_gemm.static_form(name, rows))
-    operand = weight.operands.get(slot)
+    form = host_gemm.static_form(name, rows)
+    operand = weight.operands.get((name, form))
     if operand is None:
-        operand = weight.operands[slot] = host_gemm.static_operand(name, weight.q, rows)
+        operand = host_gemm.static_operand(name, weight.q, rows, form)
+        weight.operands[(name, form)] = operand
     return operand
 
 

@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 
 from asic_backend.sim import host_passes, int16_gemm
 from asic_backend.sim.host import cpu_flags, operand, plain, scratch
@@ -121,11 +122,17 @@ def kernel() -> str:
     return spec
 
 
-@functools.cache
 def _from_env(raw: str) -> str:
+    return _setting(ENV_VAR, KERNELS, raw)
+
+
+@functools.cache
+def _setting(name: str, allowed: tuple[str, ...], raw: str) -> str:
+    """The value ``raw`` of ``$name``, one of ``allowed`` or ``auto`` (blank: ``auto``), else a
+    ``ValueError`` naming them."""
     value = raw.strip().lower() or "auto"
-    if value != "auto" and value not in KERNELS:
-        raise ValueError(f"${ENV_VAR}={value!r} is not one of {', '.join((*KERNELS, 'auto'))}")
+    if value != "auto" and value not in allowed:
+        raise ValueError(f"${name}={value!r} is not one of {', '.join((*allowed, 'auto'))}")
     return value
 
 
@@ -156,7 +163,10 @@ def describe() -> str:
 
 
 def _layout_note(name: str) -> str:
-    if name != "int_mm":
+    """How ``int_mm`` reads weights, for :func:`describe`: measured here if not yet (a few
+    milliseconds), so an xdist controller's header shows its own measurement, as each worker
+    makes its own."""
+    if name != "int_mm" or not int_mm_is_exact():
         return ""
     spec = layout_setting()
     how = "measured" if spec == "auto" else f"${LAYOUT_ENV_VAR}={spec}"
@@ -244,16 +254,23 @@ def static_form(name: str, rows: int) -> str:
     return "columns" if rows > 1 and int_mm_layout() == "columns" else "rows"
 
 
-def static_operand(name: str, w_q: torch.Tensor, rows: int) -> StaticOperand:
+def static_operand(
+    name: str, w_q: torch.Tensor, rows: int, form: str | None = None
+) -> StaticOperand:
     """What kernel ``name`` (one of :data:`STATIC_KERNELS`) reads of the static ``w_q [N, K]``
-    to multiply ``rows`` rows by it (:func:`static_form`), made once while ``w_q`` is
-    unchanged. A caller that keeps it (a dynamic linear's weight,
-    :mod:`asic_backend.ops.linear`) passes it to :func:`static_mm` on every call without
-    looking it up again: a lookup is a handful of Python objects, each a cache miss once a
-    model's other layers have run."""
+    to multiply ``rows`` rows by it, in ``form`` (:func:`static_form`'s, which a caller that
+    already has it passes), made once while ``w_q`` is unchanged. A caller that keeps it (a
+    dynamic linear's weight, :mod:`asic_backend.ops.linear`) passes it to :func:`static_mm` on
+    every call without looking it up again: a lookup is a handful of Python objects, each a
+    cache miss once a model's other layers have run.
+
+    A ``[K, N]`` weight with nowhere to keep a copy (an inference tensor: no stamp) is read as
+    it lies from two rows on, whatever the layout: the ``rows`` copy each call would cost more
+    than the GEMM."""
     if name == "int_mm":
-        form = static_form(name, rows)
-        return StaticOperand(name, _columns(w_q) if form == "columns" else _rows(w_q).t())
+        form = form or static_form(name, rows)
+        by_rows = form == "rows" and (rows == 1 or _is_row_major(w_q) or stamp(w_q) is not None)
+        return StaticOperand(name, _rows(w_q).t() if by_rows else _columns(w_q))
     if name == "int16":
         return StaticOperand(name, _packed(w_q))
     raise ValueError(f"asic: the {name} kernel keeps no static operand; {STATIC_KERNELS} do")
@@ -570,9 +587,12 @@ INT_MM_LAYOUTS: tuple[str, ...] = ("rows", "columns")
 LAYOUT_ENV_VAR = "ASIC_INT_MM_LAYOUT"
 _LAYOUT_SHAPES = {"rows": "[N, K] rows", "columns": "[K, N] columns"}
 #: The GEMM that decides ``auto``: 8 rows by a 2048-square weight, where the layouts' times
-#: differ 2x to 5x on every host measured, either way, so a busy machine does not flip it.
+#: differ 2x to 5x on every host measured, either way. ``columns`` must be faster by a quarter,
+#: best of :data:`_PROBE_ROUNDS`: two threads sharing two busy cores (a CI run beside it) once
+#: timed every round of ``rows`` late out of five.
 _PROBE_SHAPE = (8, 2048, 2048)
-_PROBE_ROUNDS = 5
+_PROBE_ROUNDS = 10
+_PROBE_MARGIN = 0.75
 
 
 def int_mm_layout() -> str:
@@ -581,10 +601,10 @@ def int_mm_layout() -> str:
     ``[K, N]`` copy. Same bits, and which is faster depends on the oneDNN kernel this CPU gets,
     not on its flags: ``columns`` took 0.2x to 0.6x the time of ``rows`` from 2 to 32 rows and
     0.75x to 0.97x from 128 on an AMD EPYC with AVX-512 VNNI, while on an Intel Xeon with AMX
-    ``rows`` took 0.3x to 0.5x the time of ``columns`` up to 32 rows and 0.45x to 0.9x from 128
-    (and was the faster there too with oneDNN held to AVX-512 VNNI), 2048 to 8192 wide, one
-    thread; with two threads both hosts kept their order up to 128 rows.
-    So ``auto`` measures it once per process (:data:`_PROBE_SHAPE`, a few milliseconds);
+    ``rows`` took 0.35x to 0.5x the time of ``columns`` at 8 rows and 0.5x to 0.9x at 128
+    (and was the faster there too with oneDNN held to AVX-512 VNNI), 2048 to 8192 wide, one or
+    two threads; at 512 rows the two were within 0.8x to 1.2x of each other there, by shape.
+    So ``auto`` measures it once per process (:data:`_PROBE_SHAPE`, 10 to 20 ms);
     ``$ASIC_INT_MM_LAYOUT`` (``rows``, ``columns`` or ``auto``) forces it, read on each use.
     A single row always reads ``rows`` (oneDNN's GEMV: 2x to 5x faster on both hosts).
 
@@ -598,36 +618,28 @@ def int_mm_layout() -> str:
 def layout_setting() -> str:
     """``$ASIC_INT_MM_LAYOUT`` (:func:`int_mm_layout`): ``rows``, ``columns`` or ``auto``; any
     other value is a ``ValueError`` naming the allowed ones."""
-    return _layout_from_env(os.environ.get(LAYOUT_ENV_VAR, "auto"))
-
-
-@functools.cache
-def _layout_from_env(raw: str) -> str:
-    value = raw.strip().lower() or "auto"
-    if value != "auto" and value not in INT_MM_LAYOUTS:
-        raise ValueError(
-            f"${LAYOUT_ENV_VAR}={value!r} is not one of {', '.join((*INT_MM_LAYOUTS, 'auto'))}"
-        )
-    return value
+    return _setting(LAYOUT_ENV_VAR, INT_MM_LAYOUTS, os.environ.get(LAYOUT_ENV_VAR, "auto"))
 
 
 @functools.cache
 def _measured_layout() -> str:
-    """``columns`` where its GEMM is the faster by a tenth at :data:`_PROBE_SHAPE`, best of
-    :data:`_PROBE_ROUNDS` rounds run in turn (the best, so a cold first call does not count),
-    else ``rows`` (no copy to keep)."""
+    """``columns`` where its GEMM takes under :data:`_PROBE_MARGIN` of the time of ``rows`` at
+    :data:`_PROBE_SHAPE`, best of :data:`_PROBE_ROUNDS` rounds run in turn (the best, so a cold
+    first call does not count), else ``rows`` (no copy to keep)."""
     m, k, n = _PROBE_SHAPE
-    gen = torch.Generator().manual_seed(0)
-    a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=gen)
-    w = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=gen)
-    layouts = {"rows": w.t(), "columns": w.t().contiguous()}
-    best = dict.fromkeys(layouts, float("inf"))
-    for _ in range(_PROBE_ROUNDS):
-        for name, b in layouts.items():
-            start = time.perf_counter()
-            torch._int_mm(a, b)
-            best[name] = min(best[name], time.perf_counter() - start)
-    return "columns" if best["columns"] < 0.9 * best["rows"] else "rows"
+    # Real CPU tensors whatever the caller runs under (a fake-tensor or tracing mode, a functorch
+    # transform): the answer is kept for the process. The values do not change the time.
+    with _disable_current_modes(), torch._C._DisableFuncTorch(), torch.no_grad():
+        a = torch.ones((m, k), dtype=torch.int8, device="cpu")
+        w = torch.ones((n, k), dtype=torch.int8, device="cpu")
+        layouts = {"rows": w.t(), "columns": w.t().contiguous()}
+        best = dict.fromkeys(layouts, float("inf"))
+        for _ in range(_PROBE_ROUNDS):
+            for name, b in layouts.items():
+                start = time.perf_counter()
+                torch._int_mm(a, b)
+                best[name] = min(best[name], time.perf_counter() - start)
+    return "columns" if best["columns"] < _PROBE_MARGIN * best["rows"] else "rows"
 
 
 #: The forms the kernels keep of static int8 operands (weights), one cache per form.
