@@ -163,9 +163,9 @@ def describe() -> str:
 
 
 def _layout_note(name: str) -> str:
-    """How ``int_mm`` reads weights, for :func:`describe`: measured here if not yet (a few
-    milliseconds), so an xdist controller's header shows its own measurement, as each worker
-    makes its own."""
+    """How ``int_mm`` reads weights, for :func:`describe`: measured here if not yet (10 to
+    20 ms), so an xdist controller's header shows its own measurement, as each worker makes
+    its own; nothing where ``int_mm`` hands every GEMM to ``float32``."""
     if name != "int_mm" or not int_mm_is_exact():
         return ""
     spec = layout_setting()
