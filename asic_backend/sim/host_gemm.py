@@ -110,7 +110,7 @@ def kernel() -> str:
     ``RuntimeError`` saying why."""
     if _forced:
         return _forced[-1]
-    spec = _from_env(os.environ.get(ENV_VAR, "auto"))
+    spec = _kernel_setting()
     # Whether int16 is there is the native library's build, which host_passes.reset() may
     # redo: asked on each use (a cached lookup), never kept here.
     if spec == "auto":
@@ -122,8 +122,8 @@ def kernel() -> str:
     return spec
 
 
-def _from_env(raw: str) -> str:
-    return _setting(ENV_VAR, KERNELS, raw)
+def _kernel_setting() -> str:
+    return _setting(ENV_VAR, KERNELS, os.environ.get(ENV_VAR, "auto"))
 
 
 @functools.cache
@@ -151,15 +151,19 @@ def _require_int16(asked: str) -> None:
 def describe() -> str:
     """One line for report headers: the kernel and why it was chosen."""
     name = kernel()
+    return f"{name} ({_reason(name)}){_layout_note(name)}"
+
+
+def _reason(name: str) -> str:
     if _forced:
-        return f"{name} (forced){_layout_note(name)}"
-    spec = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
+        return "forced"
+    spec = _kernel_setting()
     if spec != "auto":
-        return f"{name} (${ENV_VAR}={spec}){_layout_note(name)}"
+        return f"${ENV_VAR}={spec}"
     unit = "an int8 dot-product unit" if has_int8_unit() else "no int8 dot-product unit"
     if name == "float32":
-        return f"{name} (auto: {unit} on this CPU; int16: {int16_gemm.unavailable_reason()})"
-    return f"{name} (auto: {unit} on this CPU){_layout_note(name)}"
+        return f"auto: {unit} on this CPU; int16: {int16_gemm.unavailable_reason()}"
+    return f"auto: {unit} on this CPU"
 
 
 def _layout_note(name: str) -> str:
