@@ -53,7 +53,7 @@ import asic_backend.ops.linear  # noqa: F401  (registers torch.ops.asic.dyn_line
 from asic_backend import make_backend
 from asic_backend.ops.library import DIRECT_CALLS
 from asic_backend.ops.linear import quantize_sym_rows
-from asic_backend.sim import host_gemm, host_passes
+from asic_backend.sim import host_gemm, host_passes, int16_gemm
 from asic_backend.sim.config import AsicConfig
 from asic_backend.sim.cycles import ACC_BYTES, gemm_cost
 from asic_backend.sim.device import get_device
@@ -416,4 +416,80 @@ def test_int_mm_layouts(benchmark: Any, capsys: pytest.CaptureFixture[str]) -> N
     with capsys.disabled():
         print(f"\n{host_line()}")
         print(f"int_mm weight layout from two rows on: {host_gemm.int_mm_layout()} (one row: rows)")
+        print("\n".join(lines))
+
+
+#: A decode step's linears: this many layers of the four projections, called in turn, so each
+#: streams its weight from memory past the others', as a model's step does.
+STEP_LAYERS = 4
+#: The step's row counts: each that ``auto`` may time ``int16`` at, and 8 (``int_mm`` alone).
+STEP_ROWS = (*range(1, host_gemm.CHOICE_ROWS + 1), 8)
+_STEP_KERNELS = ("int_mm", "int16")
+
+
+@pytest.mark.benchmark(group="decode step kernels")
+def test_decode_step(benchmark: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """A decode step of :data:`STEP_LAYERS` layers of DUT linears (``asic::dyn_linear``, as
+    the compiled graph calls it) at each of :data:`STEP_ROWS`, under ``int_mm`` and ``int16``
+    forced and under ``auto``, which at 1 to ``CHOICE_ROWS`` rows times the two kernels on
+    each shape's first weight and keeps the faster
+    (:func:`asic_backend.sim.host_gemm.static_choice`), round robin. Alone, a layer's weight
+    can stay in the CPU's caches between calls; in a step it cannot, and the kernels' order
+    may turn (the table in docs/benchmarks.md). A plain run checks, at a small width, that the
+    three give the same bits through ``auto``'s trials."""
+    if not int16_gemm.available():
+        pytest.skip(f"int16: {int16_gemm.unavailable_reason()}")
+    width = 128 if benchmark.disabled else D
+    layers = [
+        weight(k, n)
+        for _ in range(STEP_LAYERS)
+        for k, n in ((width, 3 * width), (width, width), (width, 4 * width), (4 * width, width))
+    ]
+    # Each layer's own tensors (weight() shares one per shape): as many weights to stream as
+    # a model's layers have.
+    layers = [(w.clone(), b) for w, b in layers]
+    key = get_device(AsicConfig.preset(DUT_PRESET)).key
+    host_gemm.forget_choices()  # this step's trials, in its streaming
+
+    def step(x: dict[int, torch.Tensor]) -> list[torch.Tensor]:
+        return [_dyn_linear(x[w.shape[1]], w=w, b=b, key=key) for w, b in layers]
+
+    fns: dict[str, Callable[[], Any]] = {}
+    for rows in STEP_ROWS:
+        x = {k: activation(rows, k) for k in (width, 4 * width)}
+        with torch.no_grad():
+            expected = forced_kernel("int_mm", functools.partial(step, x))()
+            for run in range(2 * (1 + host_gemm._CHOICE_ROUNDS) + 1):  # auto's trials, and one
+                outs = step(x) if run else forced_kernel("int16", functools.partial(step, x))()
+                assert all(torch.equal(y, e) for y, e in zip(outs, expected, strict=True))
+        fns[f"{rows}@auto"] = functools.partial(step, x)
+        for name in _STEP_KERNELS:
+            fns[f"{rows}@{name}"] = forced_kernel(name, functools.partial(step, x))
+    best: dict[str, float] = {}
+    rounds = 1 if benchmark.disabled else 20
+    with torch.no_grad():
+        benchmark.pedantic(lambda: best.update(best_interleaved(fns, rounds)), rounds=1)
+    if benchmark.disabled:  # one pass ran as a smoke test; single-shot ratios would mislead
+        return
+    chosen = host_gemm.static_choices()
+    lines = [
+        "| rows | int_mm ms | int16 ms | int16/int_mm | auto ms | auto/int_mm | auto/faster "
+        "| auto's kernels |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for rows in STEP_ROWS:
+        by = {name: best[f"{rows}@{name}"] for name in ("auto", *_STEP_KERNELS)}
+        picks = [v for (r, *_), v in chosen.items() if r == rows]
+        kernels = [f"{name} ×{picks.count(name)}" for name in sorted(set(picks))]
+        benchmark.extra_info[f"{rows} rows auto/int_mm"] = round(by["auto"] / by["int_mm"], 3)
+        lines.append(
+            f"| {rows} | {by['int_mm'] * 1e3:.3g} | {by['int16'] * 1e3:.3g} | "
+            f"{by['int16'] / by['int_mm']:.2f} | {by['auto'] * 1e3:.3g} | "
+            f"{by['auto'] / by['int_mm']:.2f} | "
+            f"{by['auto'] / min(by['int_mm'], by['int16']):.2f} | "
+            f"{', '.join(kernels) or host_gemm.kernel() + ', no trial'} |"
+        )
+    with capsys.disabled():
+        print(f"\n{host_line()}")
+        print(f"decode step: {STEP_LAYERS} layers of qkv, o, up, down at {D} wide")
         print("\n".join(lines))

@@ -449,8 +449,11 @@ def dyn_weight_mm(
         acc = x_q.new_zeros((0, weight.q.shape[0]), dtype=torch.int32)
     elif name is not None:  # the fewest layers (host="inductor" calls it once a layer)
         numerics.check_gemm_operands(x_q, weight.q)
-        operand = _kept_operand(weight, name, x_q.shape[0])
+        name, timing = host_gemm.static_choice(name, weight.q, x_q.shape[0], x_q)
+        operand = _trial_operand(weight, name, x_q.shape[0], timing)
         acc = run_static_mm(x_q, operand, device=get_device(device))
+        if timing is not None:
+            timing.stop()
     else:
         acc = run_mm_i32(x_q, weight.q, device=get_device(device))
     # A copy: the cached scales must not be an output a compiler may reuse as a buffer.
@@ -545,6 +548,19 @@ def _kept_operand(weight: _Weight, name: str, rows: int) -> host_gemm.StaticOper
     return operand
 
 
+def _trial_operand(
+    weight: _Weight, name: str, rows: int, timing: host_gemm.Timing | None
+) -> host_gemm.StaticOperand:
+    """:func:`_kept_operand`, or in a call of a kernel trial (``timing``: see
+    :func:`asic_backend.sim.host_gemm.static_choice`) the operand as the host GEMM keeps it,
+    not on ``weight`` (the trial drops its loser's), then ``timing`` started."""
+    if timing is None:
+        return _kept_operand(weight, name, rows)
+    operand = host_gemm.static_operand(name, weight.q, rows)
+    timing.start()
+    return operand
+
+
 def _native_dyn_linear(
     x: Tensor, w: Tensor, bias: Tensor | None, w_transposed: bool, device: str
 ) -> Tensor | None:
@@ -562,6 +578,7 @@ def _native_dyn_linear(
     the native path declines (bfloat16, the aten passes, ``float32``) pays its checks (3 to
     5 µs, warm), not a second lookup."""
     rows, k = x.shape
+    trial: list[host_gemm.Timing] = []  # this call's, where it is one of a kernel trial's
 
     def prepare() -> tuple[Tensor, Callable[[Tensor], Tensor] | host_passes.Int16Gemm] | None:
         name = _static_kernel(k)  # x is plain: host_passes.linear checked it before asking
@@ -571,7 +588,10 @@ def _native_dyn_linear(
         weight = _kept_weight(w, w_transposed, key)
         if weight.q.shape[1] != k:
             return None  # the general path says so
-        operand = _kept_operand(weight, name, rows)
+        name, timing = host_gemm.static_choice(name, weight.q, rows)
+        if timing is not None:
+            trial.append(timing)
+        operand = _trial_operand(weight, name, rows, timing)
         n, dut = weight.q.shape[0], get_device(device)
         fused = host_gemm.native_linear_gemm(
             operand, rows, functools.partial(record_mm, rows, k, n, device=dut)
@@ -584,7 +604,10 @@ def _native_dyn_linear(
 
         return weight.scale, gemm
 
-    return host_passes.linear(x, bias, F32_EPS, prepare)
+    y = host_passes.linear(x, bias, F32_EPS, prepare)
+    if trial and y is not None:  # a declined call (a row of inf or NaN) times nothing
+        trial[0].stop()
+    return y
 
 
 @dyn_linear.register_fake

@@ -42,8 +42,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import statistics
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
@@ -55,6 +57,7 @@ from asic_backend.sim.host import cpu_flags, operand, plain, scratch
 from asic_backend.sim.tensor_cache import new_cache, stamp
 
 __all__ = [
+    "CHOICE_ROWS",
     "ENV_VAR",
     "F32_EXACT",
     "FLOAT32_SLICE",
@@ -64,12 +67,14 @@ __all__ = [
     "LAYOUT_ENV_VAR",
     "STATIC_KERNELS",
     "StaticOperand",
+    "Timing",
     "available_kernels",
     "bmm_i32",
     "cpu_flags",
     "describe",
     "float_weight",
     "forced",
+    "forget_choices",
     "has_int8_unit",
     "int_mm_is_exact",
     "int_mm_layout",
@@ -82,6 +87,8 @@ __all__ = [
     "scratch",
     "scratch_i32",
     "slice_length",
+    "static_choice",
+    "static_choices",
     "static_form",
     "static_mm",
     "static_operand",
@@ -151,7 +158,7 @@ def _require_int16(asked: str) -> None:
 def describe() -> str:
     """One line for report headers: the kernel and why it was chosen."""
     name = kernel()
-    return f"{name} ({_reason(name)}){_layout_note(name)}"
+    return f"{name} ({_reason(name)}){_layout_note(name)}{_choice_note(name)}"
 
 
 def _reason(name: str) -> str:
@@ -175,6 +182,14 @@ def _layout_note(name: str) -> str:
     spec = layout_setting()
     how = "measured" if spec == "auto" else f"${LAYOUT_ENV_VAR}={spec}"
     return f", weights as {_LAYOUT_SHAPES[int_mm_layout()]} ({how})"
+
+
+def _choice_note(name: str) -> str:
+    """Where :func:`static_choice` may put ``int16`` in ``int_mm``'s place, for
+    :func:`describe`."""
+    if name != "int_mm" or _forced or _kernel_setting() != "auto" or not int16_gemm.available():
+        return ""
+    return f"; int16 at 1 to {CHOICE_ROWS} rows where timed faster, by weight shape"
 
 
 @functools.cache
@@ -222,7 +237,14 @@ def mm_i32(
     """
     name = kernel_for(a_q.shape[1], a_q, w_q)
     if w_static and name in STATIC_KERNELS:
-        return static_mm(a_q, static_operand(name, w_q, a_q.shape[0]), out=out)
+        name, timing = static_choice(name, w_q, a_q.shape[0], a_q)
+        kept = static_operand(name, w_q, a_q.shape[0])
+        if timing is None:
+            return static_mm(a_q, kept, out=out)
+        timing.start()
+        acc = static_mm(a_q, kept, out=out)
+        timing.stop()
+        return acc
     if name == "int_mm":
         a, w = _row_major(a_q), _as_kn(w_q)
         return torch._int_mm(a, w, out=out) if out is not None else torch._int_mm(a, w)
@@ -305,6 +327,130 @@ def static_mm(
         return int16_gemm.mm(a_q, w.data, out=out)
     a = _row_major(a_q)
     return torch._int_mm(a, w.data, out=out) if out is not None else torch._int_mm(a, w.data)
+
+
+# -- a few rows by a kept weight: the kernel timed per shape ------------------------------------
+
+#: The most rows of a GEMM by a kept weight at which ``auto``, where it takes ``int_mm``, times
+#: ``int16`` against it (:func:`static_choice`). On the Intel Xeon with AMX, ``int16``'s DUT
+#: linear took 0.57x to 0.74x ``int_mm``'s at 2048 × 2048 from 1 to 4 rows, one thread, and
+#: 0.60x to 0.96x at every decode shape at one row, two threads; 1.1x to 1.8x at 8 rows,
+#: everywhere.
+CHOICE_ROWS = 4
+#: Timed calls of each kernel in a shape's trial, in turn, after an untimed first one each (the
+#: operand it has just made is in the CPU's caches).
+_CHOICE_ROUNDS = 10
+#: ``int16`` replaces ``int_mm`` where the median of its calls' times over the ``int_mm`` call's
+#: before each is under this: where the two are close, no second copy of a weight. A call of
+#: two threads on two busy vCPUs varies by a third from one to the next. Replayed on 60 calls
+#: of each kernel recorded in a decode step's streaming (the four decode shapes at one to four
+#: rows, one and two threads, on the Xeon), this rule kept ``int16`` where it was slower in
+#: none of 640 trials, where the best of five calls each did in 18 of 800.
+_CHOICE_MARGIN = 0.9
+_CHOICE_KERNELS = ("int_mm", "int16")
+
+_ChoiceKey = tuple[int, int, int, int]  # rows, K, N, threads
+
+
+class _Trial:
+    """A shape's trial: the weight it times, and each kernel's calls' times in turn."""
+
+    __slots__ = ("times", "weight")
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        self.weight = weakref.ref(weight)
+        self.times: list[float] = []
+
+
+#: The kernel each shape's trial chose, and the trials under way.
+_choices: dict[_ChoiceKey, str] = {}
+_trials: dict[_ChoiceKey, _Trial] = {}
+
+
+class Timing:
+    """One call of a shape's trial (:func:`static_choice`): :meth:`start` once the kernel's
+    operand is at hand, :meth:`stop` once the call has given its result."""
+
+    __slots__ = ("_key", "_start", "_trial")
+
+    def __init__(self, key: _ChoiceKey, trial: _Trial) -> None:
+        self._key, self._trial, self._start = key, trial, 0.0
+
+    def start(self) -> None:
+        self._start = time.perf_counter()
+
+    def stop(self) -> None:
+        elapsed = time.perf_counter() - self._start
+        trial = self._trial
+        if _trials.get(self._key) is not trial:
+            return  # decided, or forgotten, meanwhile
+        trial.times.append(elapsed)
+        if len(trial.times) == 2 * (1 + _CHOICE_ROUNDS):
+            _decide(self._key, trial)
+
+
+def static_choice(
+    name: str, w_q: torch.Tensor, rows: int, *operands: torch.Tensor
+) -> tuple[str, Timing | None]:
+    """The kernel that multiplies ``rows`` rows (of ``operands``, where not already checked:
+    :func:`plain`) by the kept weight ``w_q [N, K]``, where :func:`kernel_for` gave ``name``:
+    ``name``, except that ``auto``'s ``int_mm``, at 1 to :data:`CHOICE_ROWS` rows, with
+    ``int16`` built, is the one of the two measured faster for this shape and thread count.
+    With it, the :class:`Timing` to start and stop around the call where it is one of the
+    trial's: the shape's first weight takes each kernel in turn, an untimed call then
+    :data:`_CHOICE_ROUNDS` timed ones each (the calls giving their kernel's bits: the same),
+    and the median of each ``int16`` call's time over the ``int_mm`` call's before it
+    decides (:data:`_CHOICE_MARGIN`); other weights of the shape take ``name`` meanwhile.
+    Where ``int_mm`` stays, the trial's ``int16`` packing of that weight is dropped.
+
+    At 1 to 4 rows the GEMM streams the weight, and which kernel streams it faster depends on
+    the shape, the threads and the caches, not on the CPU's flags (:data:`CHOICE_ROWS`)."""
+    if (
+        name != "int_mm"
+        or not 1 <= rows <= CHOICE_ROWS
+        or _forced
+        or _kernel_setting() != "auto"
+        or not int16_gemm.available()
+    ):
+        return name, None
+    n, k = w_q.shape
+    key = (rows, k, n, torch.get_num_threads())
+    chosen = _choices.get(key)
+    if chosen is not None:
+        return chosen, None
+    if not all(plain(t) for t in (w_q, *operands)):
+        return name, None
+    weight = w_q if w_q._base is None else w_q._base  # a fresh view of it each call: the same
+    trial = _trials.get(key)
+    owner = None if trial is None else trial.weight()
+    if owner is None:  # the shape's first call, or its weight died mid-trial
+        trial = _trials[key] = _Trial(weight)
+    elif owner is not weight:
+        return name, None
+    assert trial is not None
+    return _CHOICE_KERNELS[len(trial.times) % 2], Timing(key, trial)
+
+
+def _decide(key: _ChoiceKey, trial: _Trial) -> None:
+    timed = trial.times[2:]  # each kernel's first call left out
+    ratio = statistics.median(b / a for a, b in zip(timed[::2], timed[1::2], strict=True))
+    winner = "int16" if ratio < _CHOICE_MARGIN else "int_mm"
+    _choices[key] = winner
+    _trials.pop(key, None)
+    weight = trial.weight()
+    if winner != "int16" and weight is not None:
+        _weight_copies["int16"].discard(weight)
+
+
+def static_choices() -> dict[tuple[int, int, int, int], str]:
+    """The kernel :func:`static_choice` chose for each ``(rows, K, N, threads)`` timed so far."""
+    return dict(_choices)
+
+
+def forget_choices() -> None:
+    """Forget :func:`static_choice`'s trials and choices (a test, a benchmark)."""
+    _choices.clear()
+    _trials.clear()
 
 
 #: The most float32 partial products (slices × rows × columns) one batched GEMM of

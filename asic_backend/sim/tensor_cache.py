@@ -75,6 +75,16 @@ class TensorCache:
             self._entries[ident] = (ref, version, value)
         return value
 
+    def discard(self, key: Tensor) -> None:
+        """Drop ``key``'s entry (its view's, as :meth:`get` keeps it), if it has one: a value
+        no longer wanted while the key lives."""
+        if key._base is not None:
+            key = key._base
+        with self._lock:
+            hit = self._entries.get(id(key))
+            if hit is not None and hit[0]() is key:
+                del self._entries[id(key)]
+
     def _dropper(self, ident: int) -> Callable[[weakref.ref[Tensor]], None]:
         """The callback that drops ``ident``'s entry once its key dies (if it is still that
         key's: a new tensor at the same id has its own)."""

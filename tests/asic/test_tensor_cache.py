@@ -45,6 +45,17 @@ def test_a_view_finds_the_value_of_its_base_and_another_view_is_remade() -> None
     assert len(made) == 2
 
 
+def test_discard_drops_one_tensors_value_by_it_or_a_view_of_it() -> None:
+    cache, made = TensorCache(), []
+    w, other = torch.ones(4, 3), torch.ones(4, 3)
+    first, kept = cached(cache, w, made), cached(cache, other, made)
+    cache.discard(w.t())
+    assert cached(cache, w, made) is not first
+    assert cached(cache, other, made) is kept
+    cache.discard(torch.ones(2))  # no entry: nothing to do
+    assert len(made) == 3
+
+
 @pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
 @gc_freeze.paused()  # it checks that a dropped tensor is collected
 def test_an_entry_goes_with_its_tensor_and_a_new_tensor_gets_its_own() -> None:
