@@ -53,7 +53,7 @@ import asic_backend.ops.linear  # noqa: F401  (registers torch.ops.asic.dyn_line
 from asic_backend import make_backend
 from asic_backend.ops.library import DIRECT_CALLS
 from asic_backend.ops.linear import quantize_sym_rows
-from asic_backend.sim import host_gemm, host_passes, int16_gemm
+from asic_backend.sim import host_gemm, host_passes, int16_gemm, kernel_choice
 from asic_backend.sim.config import AsicConfig
 from asic_backend.sim.cycles import ACC_BYTES, gemm_cost
 from asic_backend.sim.device import get_device
@@ -424,7 +424,6 @@ def test_int_mm_layouts(benchmark: Any, capsys: pytest.CaptureFixture[str]) -> N
 STEP_LAYERS = 4
 #: The step's row counts: each that ``auto`` may time ``int16`` at, and 8 (``int_mm`` alone).
 STEP_ROWS = (*range(1, host_gemm.CHOICE_ROWS + 1), 8)
-_STEP_KERNELS = ("int_mm", "int16")
 
 
 @pytest.mark.benchmark(group="decode step kernels")
@@ -459,11 +458,11 @@ def test_decode_step(benchmark: Any, capsys: pytest.CaptureFixture[str]) -> None
         x = {k: activation(rows, k) for k in (width, 4 * width)}
         with torch.no_grad():
             expected = forced_kernel("int_mm", functools.partial(step, x))()
-            for run in range(2 * (1 + host_gemm._CHOICE_ROUNDS) + 1):  # auto's trials, and one
+            for run in range(2 * (1 + kernel_choice.ROUNDS) + 1):  # auto's trials, and one
                 outs = step(x) if run else forced_kernel("int16", functools.partial(step, x))()
                 assert all(torch.equal(y, e) for y, e in zip(outs, expected, strict=True))
         fns[f"{rows}@auto"] = functools.partial(step, x)
-        for name in _STEP_KERNELS:
+        for name in kernel_choice.KERNELS:
             fns[f"{rows}@{name}"] = forced_kernel(name, functools.partial(step, x))
     best: dict[str, float] = {}
     rounds = 1 if benchmark.disabled else 20
@@ -474,20 +473,22 @@ def test_decode_step(benchmark: Any, capsys: pytest.CaptureFixture[str]) -> None
     chosen = host_gemm.static_choices()
     lines = [
         "| rows | int_mm ms | int16 ms | int16/int_mm | auto ms | auto/int_mm | auto/faster "
-        "| auto's kernels |",
+        "| auto's int16 |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for rows in STEP_ROWS:
-        by = {name: best[f"{rows}@{name}"] for name in ("auto", *_STEP_KERNELS)}
-        picks = [v for (r, *_), v in chosen.items() if r == rows]
-        kernels = [f"{name} ×{picks.count(name)}" for name in sorted(set(picks))]
+        by = {name: best[f"{rows}@{name}"] for name in ("auto", *kernel_choice.KERNELS)}
+        # The layers whose trial kept int16 (the rest kept int_mm); "no trial" above 4 rows.
+        kinds = {(k, n): kind for kind, (k, n) in PROJECTIONS.items()}
+        picks = [kinds[k, n] for (r, k, n, *_), v in chosen.items() if r == rows and v == "int16"]
+        trials = any(key[0] == rows for key in chosen)
         benchmark.extra_info[f"{rows} rows auto/int_mm"] = round(by["auto"] / by["int_mm"], 3)
         lines.append(
             f"| {rows} | {by['int_mm'] * 1e3:.3g} | {by['int16'] * 1e3:.3g} | "
             f"{by['int16'] / by['int_mm']:.2f} | {by['auto'] * 1e3:.3g} | "
             f"{by['auto'] / by['int_mm']:.2f} | "
             f"{by['auto'] / min(by['int_mm'], by['int16']):.2f} | "
-            f"{', '.join(kernels) or host_gemm.kernel() + ', no trial'} |"
+            f"{(', '.join(picks) or 'none') if trials else 'no trial'} |"
         )
     with capsys.disabled():
         print(f"\n{host_line()}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,17 @@ INNER_ADDOPTS = f"-p no:hypothesispytest -p no:anyio {INNER_PLUGINS}"
 def inner_pythonpath() -> str:
     """``PYTHONPATH`` for an inner run: the repository first, so ``tests.mac_check`` imports."""
     return os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_kernel_choices() -> Iterator[None]:
+    """Each test's ``auto`` kernel trials start afresh (asic_backend.sim.kernel_choice): a
+    choice an earlier test's loop made would change which kernel a later one runs, the bits
+    being the same, where it spies on the kernels."""
+    yield
+    module = sys.modules.get("asic_backend.sim.kernel_choice")
+    if module is not None:
+        module.forget()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from asic_backend.ops.library import dut_op
-from asic_backend.sim import host_gemm, host_passes, numerics
+from asic_backend.sim import host_gemm, host_passes, kernel_choice, numerics
 from asic_backend.sim.device import (
     get_device,
     record_mm,
@@ -449,8 +449,12 @@ def dyn_weight_mm(
         acc = x_q.new_zeros((0, weight.q.shape[0]), dtype=torch.int32)
     elif name is not None:  # the fewest layers (host="inductor" calls it once a layer)
         numerics.check_gemm_operands(x_q, weight.q)
-        name, timing = host_gemm.static_choice(name, weight.q, x_q.shape[0], x_q)
-        operand = _trial_operand(weight, name, x_q.shape[0], timing)
+        rows = x_q.shape[0]
+        name, timing = host_gemm.static_choice(name, weight.q, rows, x_q)
+        if timing is None:
+            operand = _kept_operand(weight, name, rows)
+        else:
+            operand = _trial_operand(weight, name, rows, timing)
         acc = run_static_mm(x_q, operand, device=get_device(device))
         if timing is not None:
             timing.stop()
@@ -549,13 +553,11 @@ def _kept_operand(weight: _Weight, name: str, rows: int) -> host_gemm.StaticOper
 
 
 def _trial_operand(
-    weight: _Weight, name: str, rows: int, timing: host_gemm.Timing | None
+    weight: _Weight, name: str, rows: int, timing: kernel_choice.Timing
 ) -> host_gemm.StaticOperand:
-    """:func:`_kept_operand`, or in a call of a kernel trial (``timing``: see
-    :func:`asic_backend.sim.host_gemm.static_choice`) the operand as the host GEMM keeps it,
-    not on ``weight`` (the trial drops its loser's), then ``timing`` started."""
-    if timing is None:
-        return _kept_operand(weight, name, rows)
+    """In a call of a kernel trial (:func:`asic_backend.sim.host_gemm.static_choice`), the
+    operand of kernel ``name`` as the host GEMM keeps it, not on ``weight`` (the trial releases
+    the loser's), then ``timing`` started: its making is not timed."""
     operand = host_gemm.static_operand(name, weight.q, rows)
     timing.start()
     return operand
@@ -578,7 +580,7 @@ def _native_dyn_linear(
     the native path declines (bfloat16, the aten passes, ``float32``) pays its checks (3 to
     5 µs, warm), not a second lookup."""
     rows, k = x.shape
-    trial: list[host_gemm.Timing] = []  # this call's, where it is one of a kernel trial's
+    trial: list[kernel_choice.Timing] = []  # this call's, where it is one of a kernel trial's
 
     def prepare() -> tuple[Tensor, Callable[[Tensor], Tensor] | host_passes.Int16Gemm] | None:
         name = _static_kernel(k)  # x is plain: host_passes.linear checked it before asking
@@ -588,10 +590,12 @@ def _native_dyn_linear(
         weight = _kept_weight(w, w_transposed, key)
         if weight.q.shape[1] != k:
             return None  # the general path says so
-        name, timing = host_gemm.static_choice(name, weight.q, rows)
-        if timing is not None:
+        name, timing = host_gemm.static_choice(name, weight.q, rows, path="linear")
+        if timing is None:
+            operand = _kept_operand(weight, name, rows)
+        else:
             trial.append(timing)
-        operand = _trial_operand(weight, name, rows, timing)
+            operand = _trial_operand(weight, name, rows, timing)
         n, dut = weight.q.shape[0], get_device(device)
         fused = host_gemm.native_linear_gemm(
             operand, rows, functools.partial(record_mm, rows, k, n, device=dut)
@@ -605,7 +609,9 @@ def _native_dyn_linear(
         return weight.scale, gemm
 
     y = host_passes.linear(x, bias, F32_EPS, prepare)
-    if trial and y is not None:  # a declined call (a row of inf or NaN) times nothing
+    # A declined call (a row of inf or NaN) times nothing here: the general path's GEMM is a
+    # call of the "gemm" path's own trial.
+    if trial and y is not None:
         trial[0].stop()
     return y
 

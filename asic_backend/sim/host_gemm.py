@@ -26,7 +26,9 @@ exactly. Four kernels are exact for every reduction length the int32 fast path t
 ``int16`` where it is available (the native library built, with AVX2), else ``float32``. The
 CPU is read once per process; the variable on each use (a dictionary lookup), so a test or a
 benchmark can set it. Under ``int_mm``, a GEMM ``torch._int_mm`` would get wrong (K <
-:data:`INT_MM_MIN_K`, or a host whose int8 kernel saturates) takes ``float32``.
+:data:`INT_MM_MIN_K`, or a host whose int8 kernel saturates) takes ``float32``; under ``auto``'s
+``int_mm``, a GEMM of 1 to :data:`CHOICE_ROWS` rows by a kept weight takes ``int16`` where a
+short trial on that shape found it faster (:func:`static_choice`).
 :func:`mm_i32` and :func:`bmm_i32` are the products every DUT GEMM goes through; the kernels
 keep their copy of a weight (``w_static``: float, or packed) while it is unchanged, since
 making it costs as much as the GEMM.
@@ -42,17 +44,15 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import statistics
 import time
 import warnings
-import weakref
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from asic_backend.sim import host_passes, int16_gemm
+from asic_backend.sim import host_passes, int16_gemm, kernel_choice
 from asic_backend.sim.host import cpu_flags, operand, plain, scratch
 from asic_backend.sim.tensor_cache import new_cache, stamp
 
@@ -67,7 +67,6 @@ __all__ = [
     "LAYOUT_ENV_VAR",
     "STATIC_KERNELS",
     "StaticOperand",
-    "Timing",
     "available_kernels",
     "bmm_i32",
     "cpu_flags",
@@ -187,7 +186,7 @@ def _layout_note(name: str) -> str:
 def _choice_note(name: str) -> str:
     """Where :func:`static_choice` may put ``int16`` in ``int_mm``'s place, for
     :func:`describe`."""
-    if name != "int_mm" or _forced or _kernel_setting() != "auto" or not int16_gemm.available():
+    if name != "int_mm" or not _choosing():
         return ""
     return f"; int16 at 1 to {CHOICE_ROWS} rows where timed faster, by weight shape"
 
@@ -322,7 +321,8 @@ def static_mm(
     """``a_q [M, K]`` int8 by the static operand ``w`` (:func:`static_operand`, made for as
     many rows) as int32 ``[M, N]``, exactly, into ``out`` where given: :func:`mm_i32` of the
     weight it was made from, with ``w_static``. The caller guarantees ``K <= INT_MM_MAX_K``,
-    and that ``w``'s kernel is the one :func:`kernel_for` gives."""
+    and that ``w``'s kernel is the one :func:`kernel_for` gives, or :func:`static_choice` in
+    its place."""
     if isinstance(w.data, int16_gemm.Packed):
         return int16_gemm.mm(a_q, w.data, out=out)
     a = _row_major(a_q)
@@ -332,125 +332,65 @@ def static_mm(
 # -- a few rows by a kept weight: the kernel timed per shape ------------------------------------
 
 #: The most rows of a GEMM by a kept weight at which ``auto``, where it takes ``int_mm``, times
-#: ``int16`` against it (:func:`static_choice`). On the Intel Xeon with AMX, ``int16``'s DUT
-#: linear took 0.57x to 0.74x ``int_mm``'s at 2048 × 2048 from 1 to 4 rows, one thread, and
-#: 0.60x to 0.96x at every decode shape at one row, two threads; 1.1x to 1.8x at 8 rows,
-#: everywhere.
+#: ``int16`` against it (:func:`static_choice`). In a decode step of 16 DUT linears on the Intel
+#: Xeon with AMX (``benchmarks/test_int8_path.py::test_decode_step``), ``int16`` took 0.70x to
+#: 1.02x ``int_mm``'s time from 1 to 4 rows with one thread, and 1.64x to 1.68x at 8.
 CHOICE_ROWS = 4
-#: Timed calls of each kernel in a shape's trial, in turn, after an untimed first one each (the
-#: operand it has just made is in the CPU's caches).
-_CHOICE_ROUNDS = 10
-#: ``int16`` replaces ``int_mm`` where the median of its calls' times over the ``int_mm`` call's
-#: before each is under this: where the two are close, no second copy of a weight. A call of
-#: two threads on two busy vCPUs varies by a third from one to the next. Replayed on 60 calls
-#: of each kernel recorded in a decode step's streaming (the four decode shapes at one to four
-#: rows, one and two threads, on the Xeon), this rule kept ``int16`` where it was slower in
-#: none of 640 trials, where the best of five calls each did in 18 of 800.
-_CHOICE_MARGIN = 0.9
-_CHOICE_KERNELS = ("int_mm", "int16")
-
-_ChoiceKey = tuple[int, int, int, int]  # rows, K, N, threads
-
-
-class _Trial:
-    """A shape's trial: the weight it times, and each kernel's calls' times in turn."""
-
-    __slots__ = ("times", "weight")
-
-    def __init__(self, weight: torch.Tensor) -> None:
-        self.weight = weakref.ref(weight)
-        self.times: list[float] = []
-
-
-#: The kernel each shape's trial chose, and the trials under way.
-_choices: dict[_ChoiceKey, str] = {}
-_trials: dict[_ChoiceKey, _Trial] = {}
-
-
-class Timing:
-    """One call of a shape's trial (:func:`static_choice`): :meth:`start` once the kernel's
-    operand is at hand, :meth:`stop` once the call has given its result."""
-
-    __slots__ = ("_key", "_start", "_trial")
-
-    def __init__(self, key: _ChoiceKey, trial: _Trial) -> None:
-        self._key, self._trial, self._start = key, trial, 0.0
-
-    def start(self) -> None:
-        self._start = time.perf_counter()
-
-    def stop(self) -> None:
-        elapsed = time.perf_counter() - self._start
-        trial = self._trial
-        if _trials.get(self._key) is not trial:
-            return  # decided, or forgotten, meanwhile
-        trial.times.append(elapsed)
-        if len(trial.times) == 2 * (1 + _CHOICE_ROUNDS):
-            _decide(self._key, trial)
 
 
 def static_choice(
-    name: str, w_q: torch.Tensor, rows: int, *operands: torch.Tensor
-) -> tuple[str, Timing | None]:
+    name: str, w_q: torch.Tensor, rows: int, *operands: torch.Tensor, path: str = "gemm"
+) -> tuple[str, kernel_choice.Timing | None]:
     """The kernel that multiplies ``rows`` rows (of ``operands``, where not already checked:
-    :func:`plain`) by the kept weight ``w_q [N, K]``, where :func:`kernel_for` gave ``name``:
-    ``name``, except that ``auto``'s ``int_mm``, at 1 to :data:`CHOICE_ROWS` rows, with
-    ``int16`` built, is the one of the two measured faster for this shape and thread count.
-    With it, the :class:`Timing` to start and stop around the call where it is one of the
-    trial's: the shape's first weight takes each kernel in turn, an untimed call then
-    :data:`_CHOICE_ROUNDS` timed ones each (the calls giving their kernel's bits: the same),
-    and the median of each ``int16`` call's time over the ``int_mm`` call's before it
-    decides (:data:`_CHOICE_MARGIN`); other weights of the shape take ``name`` meanwhile.
-    Where ``int_mm`` stays, the trial's ``int16`` packing of that weight is dropped.
+    :func:`plain`) by the kept weight ``w_q [N, K]``, where :func:`kernel_for` gave ``name``,
+    and the :class:`~asic_backend.sim.kernel_choice.Timing` to start and stop around the call
+    where it is one of a trial's.
 
-    At 1 to 4 rows the GEMM streams the weight, and which kernel streams it faster depends on
-    the shape, the threads and the caches, not on the CPU's flags (:data:`CHOICE_ROWS`)."""
+    ``name``, except where ``auto`` took ``int_mm`` and ``int16`` is built, at 1 to
+    :data:`CHOICE_ROWS` rows, for plain operands and a weight with a version (no inference
+    tensor, whose ``int16`` packing could not be kept): there, the kernel a trial found faster
+    for these rows, K, N, threads and ``path`` (:mod:`asic_backend.sim.kernel_choice`: the
+    ``linear`` path times a whole native linear, ``gemm`` the GEMM alone)."""
     if (
         name != "int_mm"
+        or type(rows) is not int  # a traced call's symbolic rows: no guard on them
         or not 1 <= rows <= CHOICE_ROWS
-        or _forced
-        or _kernel_setting() != "auto"
-        or not int16_gemm.available()
+        or w_q.is_inference()
+        or not _choosing()
     ):
         return name, None
     n, k = w_q.shape
-    key = (rows, k, n, torch.get_num_threads())
-    chosen = _choices.get(key)
-    if chosen is not None:
+    key = (rows, k, n, torch.get_num_threads(), path)
+    chosen = kernel_choice.chosen(key)
+    if chosen == "int_mm":
         return chosen, None
     if not all(plain(t) for t in (w_q, *operands)):
-        return name, None
+        return name, None  # int16 reads data a fake, meta or traced operand has not
+    if chosen is not None:
+        return chosen, None
     weight = w_q if w_q._base is None else w_q._base  # a fresh view of it each call: the same
-    trial = _trials.get(key)
-    owner = None if trial is None else trial.weight()
-    if owner is None:  # the shape's first call, or its weight died mid-trial
-        trial = _trials[key] = _Trial(weight)
-    elif owner is not weight:
-        return name, None
-    assert trial is not None
-    return _CHOICE_KERNELS[len(trial.times) % 2], Timing(key, trial)
+    return kernel_choice.trial_call(key, weight, name, _release_int16)
 
 
-def _decide(key: _ChoiceKey, trial: _Trial) -> None:
-    timed = trial.times[2:]  # each kernel's first call left out
-    ratio = statistics.median(b / a for a, b in zip(timed[::2], timed[1::2], strict=True))
-    winner = "int16" if ratio < _CHOICE_MARGIN else "int_mm"
-    _choices[key] = winner
-    _trials.pop(key, None)
-    weight = trial.weight()
-    if winner != "int16" and weight is not None:
-        _weight_copies["int16"].discard(weight)
+def _choosing() -> bool:
+    """Whether ``auto``'s ``int_mm`` may give way to ``int16`` (:func:`static_choice`)."""
+    return (
+        not _forced and _kernel_setting() == "auto" and int16_gemm.available() and int_mm_is_exact()
+    )
 
 
-def static_choices() -> dict[tuple[int, int, int, int], str]:
-    """The kernel :func:`static_choice` chose for each ``(rows, K, N, threads)`` timed so far."""
-    return dict(_choices)
+def _release_int16(weight: torch.Tensor) -> None:
+    _weight_copies["int16"].discard(weight)
+
+
+def static_choices() -> dict[kernel_choice.Key, str]:
+    """The kernel :func:`static_choice` kept for each ``(rows, K, N, threads, path)`` so far."""
+    return kernel_choice.choices()
 
 
 def forget_choices() -> None:
     """Forget :func:`static_choice`'s trials and choices (a test, a benchmark)."""
-    _choices.clear()
-    _trials.clear()
+    kernel_choice.forget()
 
 
 #: The most float32 partial products (slices × rows × columns) one batched GEMM of
