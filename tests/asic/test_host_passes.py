@@ -208,6 +208,32 @@ def test_a_row_holding_inf_or_nan_takes_the_aten_kernels(bad: float) -> None:
     torch.testing.assert_close(s_native, s_aten, rtol=0, atol=0, equal_nan=True)
 
 
+@pytest.mark.parametrize("form", ["rows", "columns", "int16 linear"])
+def test_a_zero_scale_quantizes_a_zero_row_to_zeros(form: str) -> None:
+    """With ``eps`` 0 a zero row's scale is 0 and its reciprocal inf: no bound on
+    ``x * recip`` (0 · inf is NaN), so the loops' integer clamp, which needs one, is not used
+    (it would give -128 where the float steps give 0)."""
+    x = torch.zeros(2, 70)
+    if form == "rows":
+        result = host_passes.quantize_sym(x, 0.0)
+        assert result is not None
+        assert torch.equal(result[0], torch.zeros(2, 70, dtype=torch.int8))
+    elif form == "columns":
+        result = host_passes.quantize_sym_cols(x.reshape(1, 70, 2), 0.0)
+        assert result is not None
+        assert torch.equal(result[0], torch.zeros(1, 70, 2, dtype=torch.int8))
+    else:
+        if not int16_gemm.available():
+            pytest.skip(int16_gemm.unavailable_reason())
+        w_q = torch.ones(3, 70, dtype=torch.int8)
+        packed = int16_gemm.pack(w_q)
+        gemm = host_passes.Int16Gemm(packed.data, 3, 70, 1, lambda: None)
+        y = host_passes.linear(x, None, 0.0, lambda: (torch.ones(3), gemm))
+        assert y is not None  # -0.0 where -128s would have made a negative accumulator
+        assert torch.equal(y, torch.zeros(2, 3))
+        assert not torch.signbit(y).any()
+
+
 @pytest.mark.parametrize(
     "x",
     [
