@@ -476,12 +476,12 @@ def test_decode_step(benchmark: Any, capsys: pytest.CaptureFixture[str]) -> None
         "| auto's int16 |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    kinds = {(k, n): kind for kind, (k, n) in PROJECTIONS.items()}
     for rows in STEP_ROWS:
         by = {name: best[f"{rows}@{name}"] for name in ("auto", *kernel_choice.KERNELS)}
         # The layers whose trial kept int16 (the rest kept int_mm); "no trial" above 4 rows.
-        kinds = {(k, n): kind for kind, (k, n) in PROJECTIONS.items()}
         picks = [kinds[k, n] for (r, k, n, *_), v in chosen.items() if r == rows and v == "int16"]
-        trials = any(key[0] == rows for key in chosen)
+        trials = any(choice[0] == rows for choice in chosen)
         benchmark.extra_info[f"{rows} rows auto/int_mm"] = round(by["auto"] / by["int_mm"], 3)
         lines.append(
             f"| {rows} | {by['int_mm'] * 1e3:.3g} | {by['int16'] * 1e3:.3g} | "

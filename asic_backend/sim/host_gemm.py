@@ -333,8 +333,9 @@ def static_mm(
 
 #: The most rows of a GEMM by a kept weight at which ``auto``, where it takes ``int_mm``, times
 #: ``int16`` against it (:func:`static_choice`). In a decode step of 16 DUT linears on the Intel
-#: Xeon with AMX (``benchmarks/test_int8_path.py::test_decode_step``), ``int16`` took 0.70x to
-#: 1.02x ``int_mm``'s time from 1 to 4 rows with one thread, and 1.64x to 1.68x at 8.
+#: Xeon with AMX (``benchmarks/test_int8_path.py::test_decode_step``), ``int16`` took 0.66x to
+#: 0.91x ``int_mm``'s time from 1 to 4 rows with one thread (0.72x to 1.23x with two), and
+#: 1.58x to 1.66x at 8.
 CHOICE_ROWS = 4
 
 

@@ -62,9 +62,9 @@ static inline float quantized(float x, float recip) {
  * finite recip of a row's or column's own scale keeps it near 127.5): the rounding trick needs
  * no clamp before it, and clamping the integer after gives the same values (rounding is
  * monotone, the bounds are integers). Compilers vectorize the integer clamp as min/max, where
- * the float clamp before the rounding became mask shuffles: 512 x 8192 rows quantized in 0.93
- * ms against 1.33 ms with 512-bit vectors, and 1.09 ms against 4.78 ms in AVX2 code (one
- * thread, Xeon with AMX; the loops alone, timed apart). */
+ * the float clamp before the rounding became mask shuffles: 512 x 8192 rows quantized in 1.23
+ * ms against 4.92 ms in AVX2 code, and 1.04 ms against 1.38 ms with 512-bit vectors (one
+ * thread, Xeon with AMX; docs/device.md). */
 static inline int32_t quantized_int(float x, float recip) {
     int32_t v = (int32_t)((x * recip + ROUNDER) - ROUNDER);
     v = v < -128 ? -128 : v;

@@ -3,8 +3,8 @@
 At one to four rows by a kept weight a GEMM streams the weight from memory, and which kernel
 streams it faster, ``int_mm`` (oneDNN) or ``int16`` (the project's AVX2 code), depends on the
 shape, the threads and the caches, not on the CPU's flags: in a decode step of 16 DUT linears
-on an Intel Xeon with AMX, ``int16`` took 0.70x ``int_mm``'s time at one row and 1.68x at 8
-(``benchmarks/test_int8_path.py::test_decode_step``). So
+on an Intel Xeon with AMX, ``int16`` took 0.66x ``int_mm``'s time at one row and 1.58x at 8,
+one thread (``benchmarks/test_int8_path.py::test_decode_step``). So
 :func:`asic_backend.sim.host_gemm.static_choice` asks here, per :data:`Key`:
 
 - a decided key gives its kernel (:func:`chosen`);
