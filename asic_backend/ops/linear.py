@@ -237,6 +237,8 @@ def quantize_sym_rows(
 
 def _sym_scale(x: Tensor) -> Tensor:
     """:func:`quantize_sym_rows`' float32 scales ``[rows, 1]`` of a 2-D ``x``."""
+    if x.shape[-1] == 0:  # an empty row (a layer of no input features): max |x| is 0
+        return torch.full((x.shape[0], 1), F32_EPS, dtype=torch.float32, device=x.device)
     if x.shape[-1] == 1:
         return torch.clamp(x.abs().to(torch.float32) / INT8_MAX, min=F32_EPS)
     # amax is a fresh tensor: the steps on it are in place (one allocation, not three).
@@ -310,6 +312,14 @@ def _out_shape(x: Tensor, n: int | torch.SymInt) -> list[int | torch.SymInt]:
     return [*x.shape[:-1], n]
 
 
+def _as_rows(x: Tensor) -> Tensor:
+    """``x [..., K]`` as the 2-D ``[rows, K]`` of its rows (a view where it can be): for a
+    layer of no input features too, where ``reshape(-1, 0)`` cannot tell the rows."""
+    if x.dim() == 2:
+        return x
+    return x.reshape(1, x.shape[0]) if x.dim() == 1 else x.flatten(0, -2)
+
+
 def _weight_kn(w: Tensor, transposed: bool) -> tuple[int | torch.SymInt, int | torch.SymInt]:
     """``(K, N)`` of a float linear's weight: ``[N, K]``, or ``[K, N]`` when ``transposed``."""
     return (w.shape[0], w.shape[1]) if transposed else (w.shape[1], w.shape[0])
@@ -354,8 +364,7 @@ def dyn_qlinear(
     out_dtype = x.dtype
     if act_pre_scale is not None:
         x = x * act_pre_scale
-    k = x.shape[-1]
-    x2 = x.reshape(-1, k)
+    x2 = _as_rows(x)
     n = w_q.shape[0]
     if x2.shape[0] == 0:
         return x.new_zeros(_out_shape(x, n), dtype=out_dtype)
@@ -498,7 +507,7 @@ def _dyn_linear(
     device: str,
     gemm: Callable[[Tensor, Tensor, bool, bool, str], tuple[Tensor, Tensor]],
 ) -> Tensor:
-    xq, x_scale = quantize_sym_rows(x if x.dim() == 2 else x.reshape(-1, x.shape[-1]))
+    xq, x_scale = quantize_sym_rows(_as_rows(x))
     acc, w_scale = gemm(xq, w, w_transposed, cache_weight, device)
     y = numerics.dequantize_acc(acc, x_scale, w_scale, bias)  # new, contiguous, float32
     # Each no-op step would still be a dispatch: a cache miss or more in a model's decode step.
@@ -523,7 +532,7 @@ def dyn_linear(
     result is scaled on the host. ``w_transposed``: ``w`` is ``[K, N]`` (``x @ w``, GPT-2's
     ``Conv1D``) instead of ``[N, K]``.
     """
-    x2 = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])  # a copy at most once
+    x2 = _as_rows(x)  # a copy at most once
     y = _native_dyn_linear(x2, w, bias, w_transposed, device) if cache_weight else None
     if y is None:
         y = _dyn_linear(x2, w, bias, w_transposed, cache_weight, device, _weight_mm)

@@ -609,6 +609,18 @@ def test_empty_batch(device: Device) -> None:
     assert device.snapshot().dut_ops == 0
 
 
+@pytest.mark.parametrize("shape", [(2, 0), (3, 2, 0), (0,)])
+@pytest.mark.parametrize("kept", [True, False])
+def test_a_layer_of_no_input_features_gives_its_bias(
+    device: Device, shape: tuple[int, ...], kept: bool
+) -> None:
+    """An empty sum is 0, so the layer gives its bias, as eager's ``F.linear`` does (the row
+    scales of an empty row raised an IndexError, and ``reshape(-1, 0)`` a RuntimeError)."""
+    b = torch.randn(16)
+    out = ops.dyn_linear(torch.randn(shape), torch.randn(16, 0), b, False, kept, device.key)
+    assert torch.equal(out, b.expand(*shape[:-1], 16))
+
+
 # -- PT2E: int8 output within 1 LSB of the float reference --------------------------------------
 
 
