@@ -448,7 +448,7 @@ def test_decode_step(benchmark: Any, capsys: pytest.CaptureFixture[str]) -> None
     # a model's layers have.
     layers = [(w.clone(), b) for w, b in layers]
     key = get_device(AsicConfig.preset(DUT_PRESET)).key
-    host_gemm.forget_choices()  # this step's trials, in its streaming
+    kernel_choice.forget()  # this step's trials, in its streaming
 
     def step(x: dict[int, torch.Tensor]) -> list[torch.Tensor]:
         return [_dyn_linear(x[w.shape[1]], w=w, b=b, key=key) for w, b in layers]
@@ -470,7 +470,7 @@ def test_decode_step(benchmark: Any, capsys: pytest.CaptureFixture[str]) -> None
         benchmark.pedantic(lambda: best.update(best_interleaved(fns, rounds)), rounds=1)
     if benchmark.disabled:  # one pass ran as a smoke test; single-shot ratios would mislead
         return
-    chosen = host_gemm.static_choices()
+    chosen = kernel_choice.choices()
     lines = [
         "| rows | int_mm ms | int16 ms | int16/int_mm | auto ms | auto/int_mm | auto/faster "
         "| auto's int16 |",

@@ -460,10 +460,7 @@ def dyn_weight_mm(
         numerics.check_gemm_operands(x_q, weight.q)
         rows = x_q.shape[0]
         name, timing = host_gemm.static_choice(name, weight.q, rows, x_q)
-        if timing is None:
-            operand = _kept_operand(weight, name, rows)
-        else:
-            operand = _trial_operand(weight, name, rows, timing)
+        operand = _call_operand(weight, name, rows, timing)
         acc = run_static_mm(x_q, operand, device=get_device(device))
         if timing is not None:
             timing.stop()
@@ -561,12 +558,15 @@ def _kept_operand(weight: _Weight, name: str, rows: int) -> host_gemm.StaticOper
     return operand
 
 
-def _trial_operand(
-    weight: _Weight, name: str, rows: int, timing: kernel_choice.Timing
+def _call_operand(
+    weight: _Weight, name: str, rows: int, timing: kernel_choice.Timing | None
 ) -> host_gemm.StaticOperand:
-    """In a call of a kernel trial (:func:`asic_backend.sim.host_gemm.static_choice`), the
-    operand of kernel ``name`` as the host GEMM keeps it, not on ``weight`` (the trial releases
-    the loser's), then ``timing`` started: its making is not timed."""
+    """:func:`_kept_operand`, or in a call of a kernel trial (``timing``:
+    :func:`asic_backend.sim.host_gemm.static_choice`) the operand of kernel ``name`` as the
+    host GEMM keeps it, not on ``weight`` (the trial releases the loser's), then ``timing``
+    started: its making is not timed."""
+    if timing is None:
+        return _kept_operand(weight, name, rows)
     operand = host_gemm.static_operand(name, weight.q, rows)
     timing.start()
     return operand
@@ -600,11 +600,9 @@ def _native_dyn_linear(
         if weight.q.shape[1] != k:
             return None  # the general path says so
         name, timing = host_gemm.static_choice(name, weight.q, rows, path="linear")
-        if timing is None:
-            operand = _kept_operand(weight, name, rows)
-        else:
+        if timing is not None:
             trial.append(timing)
-            operand = _trial_operand(weight, name, rows, timing)
+        operand = _call_operand(weight, name, rows, timing)
         n, dut = weight.q.shape[0], get_device(device)
         fused = host_gemm.native_linear_gemm(
             operand, rows, functools.partial(record_mm, rows, k, n, device=dut)

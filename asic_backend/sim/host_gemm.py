@@ -73,7 +73,6 @@ __all__ = [
     "describe",
     "float_weight",
     "forced",
-    "forget_choices",
     "has_int8_unit",
     "int_mm_is_exact",
     "int_mm_layout",
@@ -87,7 +86,6 @@ __all__ = [
     "scratch_i32",
     "slice_length",
     "static_choice",
-    "static_choices",
     "static_form",
     "static_mm",
     "static_operand",
@@ -382,16 +380,6 @@ def _choosing() -> bool:
 
 def _release_int16(weight: torch.Tensor) -> None:
     _weight_copies["int16"].discard(weight)
-
-
-def static_choices() -> dict[kernel_choice.Key, str]:
-    """The kernel :func:`static_choice` kept for each ``(rows, K, N, threads, path)`` so far."""
-    return kernel_choice.choices()
-
-
-def forget_choices() -> None:
-    """Forget :func:`static_choice`'s trials and choices (a test, a benchmark)."""
-    kernel_choice.forget()
 
 
 #: The most float32 partial products (slices × rows × columns) one batched GEMM of

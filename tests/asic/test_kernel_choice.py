@@ -89,9 +89,9 @@ def choosing(monkeypatch: pytest.MonkeyPatch) -> Iterator[Choosing]:
     monkeypatch.delenv(host_gemm.ENV_VAR, raising=False)
     monkeypatch.setattr(host_gemm, "has_int8_unit", lambda: True)
     host_gemm.int_mm_layout()  # the layout probe, before any spy
-    host_gemm.forget_choices()
+    kernel_choice.forget()
     yield Choosing(monkeypatch)
-    host_gemm.forget_choices()
+    kernel_choice.forget()
 
 
 def int8(*shape: int, seed: int = 0) -> torch.Tensor:
@@ -134,7 +134,7 @@ def test_a_shapes_first_weight_times_each_kernel_in_turn_then_the_faster_runs(
         assert torch.equal(host_gemm.mm_i32(a, w, w_static=True), expected)
     assert choosing.handed == ["int_mm", "int16"] * (TRIAL // 2) + [chosen] * 3
     assert choosing.ran == choosing.handed
-    assert host_gemm.static_choices() == {key(rows): chosen}
+    assert kernel_choice.choices() == {key(rows): chosen}
 
 
 def test_other_weights_of_the_shape_take_int_mm_while_the_trial_runs(choosing: Choosing) -> None:
@@ -144,7 +144,7 @@ def test_other_weights_of_the_shape_take_int_mm_while_the_trial_runs(choosing: C
         for w in (trial_w, other):
             host_gemm.mm_i32(a, w, w_static=True)
     assert choosing.ran[1::2] == ["int_mm"] * (TRIAL // 2)  # the other weight's calls
-    assert host_gemm.static_choices() == {}  # the trial weight has had half its calls
+    assert kernel_choice.choices() == {}  # the trial weight has had half its calls
     assert not packed(other)
 
 
@@ -160,7 +160,7 @@ def test_a_first_weight_no_longer_called_hands_the_trial_to_the_next(
     assert packed(idle)
     for _ in range(kernel_choice.IDLE_CALLS + TRIAL):
         host_gemm.mm_i32(a, busy, w_static=True)
-    assert host_gemm.static_choices() == {key(1): "int16"}
+    assert kernel_choice.choices() == {key(1): "int16"}
     assert (packed(idle), packed(busy)) == (False, True)
 
 
@@ -181,7 +181,7 @@ def test_a_packing_another_row_count_chose_is_not_released(choosing: Choosing) -
     for rows in (1, 2):  # int16 kept at one row, then int_mm at two
         for _ in range(TRIAL):
             host_gemm.mm_i32(int8(rows, K), w, w_static=True)
-    assert host_gemm.static_choices() == {key(1): "int16", key(2): "int_mm"}
+    assert kernel_choice.choices() == {key(1): "int16", key(2): "int_mm"}
     assert packed(w)
 
 
@@ -202,7 +202,7 @@ def test_no_trial_where_the_kernel_is_asked_for_the_rows_are_many_or_nothing_is_
         for _ in range(TRIAL):
             host_gemm.mm_i32(a, w, w_static=True)
     assert set(choosing.ran) == {"int_mm"}
-    assert host_gemm.static_choices() == {}
+    assert kernel_choice.choices() == {}
 
 
 def test_a_fresh_view_of_a_kn_weight_each_call_is_one_weight(choosing: Choosing) -> None:
@@ -211,7 +211,7 @@ def test_a_fresh_view_of_a_kn_weight_each_call_is_one_weight(choosing: Choosing)
     a, b = int8(1, K), int8(K, N, seed=1)
     for _ in range(TRIAL + 1):
         assert torch.equal(torch.ops.asic.int_mm(a, b, "default"), torch._int_mm(a, b))
-    assert host_gemm.static_choices() == {key(1): "int16"}
+    assert kernel_choice.choices() == {key(1): "int16"}
 
 
 def test_each_thread_count_has_its_own_trial(choosing: Choosing) -> None:
@@ -225,7 +225,7 @@ def test_each_thread_count_has_its_own_trial(choosing: Choosing) -> None:
                 host_gemm.mm_i32(a, w, w_static=True)
     finally:
         torch.set_num_threads(threads)
-    assert {k[3] for k in host_gemm.static_choices()} == {1, 2}
+    assert {k[3] for k in kernel_choice.choices()} == {1, 2}
 
 
 class _Ops(TorchDispatchMode):
@@ -301,7 +301,7 @@ def test_a_dut_linear_gives_the_same_bits_through_its_trial_and_keeps_the_choice
     for _ in range(TRIAL):
         out = [torch.ops.asic.dyn_linear(x, w, b, False, True, "default") for w, b in weights]
         assert all(torch.equal(y, e) for y, e in zip(out, expected, strict=True))
-    assert host_gemm.static_choices() == {key(1, "linear"): chosen}
+    assert kernel_choice.choices() == {key(1, "linear"): chosen}
     trial_weight, other = (linear._kept_weight(w, False, stamp(w)) for w, _ in weights)
     assert not trial_weight.operands  # neither kernel's, under the trial
     choosing.clear()
@@ -338,7 +338,7 @@ def test_host_inductors_weight_gemm_takes_the_choice_too(choosing: Choosing) -> 
     for _ in range(TRIAL + 1):
         acc, _ = torch.ops.asic.dyn_weight_mm(x_q, w, False, True, "default")
         assert torch.equal(acc, expected)
-    assert host_gemm.static_choices() == {key(1): "int16"}
+    assert kernel_choice.choices() == {key(1): "int16"}
     assert choosing.ran[-1] == "int16"
 
 
