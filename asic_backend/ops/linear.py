@@ -578,8 +578,9 @@ def _native_dyn_linear(
     """:func:`dyn_linear` of a 2-D ``x`` by a kept weight in its fewest steps: the native
     quantization and rescale around the GEMM on the operand the weight keeps for the host
     kernel (:func:`asic_backend.sim.host_passes.linear`, :func:`run_static_mm`; with ``int16``,
-    the three in one native call: :func:`asic_backend.sim.host_gemm.native_linear_gemm`). None
-    where they do not apply: the general path, the same values.
+    the three in one native call, and with ``int_mm`` from 256 rows on, the GEMM and rescale tile
+    by tile: :func:`asic_backend.sim.host_gemm.native_linear_gemm`). None where they do not
+    apply: the general path, the same values.
 
     The general path asks its questions again at each layer (the passes' checks, the weight's
     caches, the kernel), and at decode shapes, with the CPU's caches cold from the layers
@@ -591,7 +592,10 @@ def _native_dyn_linear(
     rows, k = x.shape
     trial: list[kernel_choice.Timing] = []  # this call's, where it is one of a kernel trial's
 
-    def prepare() -> tuple[Tensor, Callable[[Tensor], Tensor] | host_passes.Int16Gemm] | None:
+    def prepare() -> (
+        tuple[Tensor, Callable[[Tensor], Tensor] | host_passes.Int16Gemm | host_passes.TiledGemm]
+        | None
+    ):
         name = _static_kernel(k)  # x is plain: host_passes.linear checked it before asking
         key = None if name is None else stamp(w)
         if name is None or key is None:

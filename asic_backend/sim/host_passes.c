@@ -167,8 +167,10 @@ int64_t asic_quantize_sym_cols_f32(const float *x, int64_t batch, int64_t rows, 
  * for one for all; b_rows: 0, or the rows of each matrix of a batch [B, m / b_rows, n] whose
  * own column scales follow the last matrix's in b (attention's scores); b and bias may be
  * NULL; bias_row_step / bias_col_step: 1 and 0 for a value a row, 0 and 1 for a value a
- * column. y may be acc's own memory: each value is read before it is written, in the same
- * iteration (ivdep: no dependence between iterations, so no scalar fallback for it). */
+ * column. y's rows lie y_stride values apart (n, or the whole output's width where acc is a
+ * tile of its columns: b, bias and y then point at the tile's first column). y may be acc's
+ * own memory: each value is read before it is written, in the same iteration (ivdep: no
+ * dependence between iterations, so no scalar fallback for it). */
 #define SCALE_LOOP(EXPR)                                                                       \
     do {                                                                                       \
         _Pragma("GCC ivdep") for (int64_t j = 0; j < n; j++) {                                 \
@@ -180,11 +182,12 @@ int64_t asic_quantize_sym_cols_f32(const float *x, int64_t batch, int64_t rows, 
 #define SCALE_ROWS(NAME, ACC_T)                                                                \
     void NAME(const ACC_T *acc, int64_t m, int64_t n, const float *a, int64_t a_step,          \
               const float *b_all, int64_t b_step, int64_t b_rows, const float *bias,            \
-              int64_t bias_row_step, int64_t bias_col_step, float *y, int threads) {            \
+              int64_t bias_row_step, int64_t bias_col_step, float *y, int64_t y_stride,         \
+              int threads) {                                                                    \
         _Pragma("omp parallel for num_threads(threads) if (threads > 1)")                       \
         for (int64_t i = 0; i < m; i++) {                                                      \
             const ACC_T *row = acc + i * n;                                                    \
-            float *out = y + i * n;                                                            \
+            float *out = y + i * y_stride;                                                     \
             const float ai = a[i * a_step];                                                    \
             const float *b = b_all && b_rows ? b_all + (i / b_rows) * n * b_step : b_all;     \
             const float *bias_i = bias ? bias + i * bias_row_step : 0;                         \
@@ -253,7 +256,7 @@ int64_t asic_linear_int16(const float *x, int64_t m, int64_t k, int64_t x_stride
     }
     if (bad) return bad;
     if (asic_int16_gemm_a16(a16, m, k, packed, n, acc, n, gemm_threads)) return -1;
-    asic_scale_i32(acc, m, n, x_scale, 1, w_scale, w_step, 0, bias, 0, 1, y, scale_threads);
+    asic_scale_i32(acc, m, n, x_scale, 1, w_scale, w_step, 0, bias, 0, 1, y, n, scale_threads);
     return 0;
 }
 

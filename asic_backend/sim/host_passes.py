@@ -61,6 +61,7 @@ __all__ = [
     "MODES",
     "PARALLEL_MIN_NUMEL",
     "Int16Gemm",
+    "TiledGemm",
     "build_detail",
     "built",
     "depthwise_conv",
@@ -223,12 +224,29 @@ class Int16Gemm(NamedTuple):
     record: Callable[[], None]
 
 
+class TiledGemm(NamedTuple):
+    """A linear's GEMM by a kept weight in tiles of its output, which :func:`linear` rescales
+    each while it is still in the CPU's cache: the int32 product is never written whole to
+    memory and read back. Same values as the GEMM in one call."""
+
+    #: ``tile(q, j0, j1)``: the int32 product of int8 rows ``q`` (contiguous) by the weight's
+    #: output columns ``j0:j1``, contiguous, valid until the next call.
+    tile: Callable[[torch.Tensor, int, int], torch.Tensor]
+    n: int
+    #: The most rows and columns of a tile.
+    rows: int
+    columns: int
+    #: Records the whole GEMM on the device, once it ran.
+    record: Callable[[], None]
+
+
 def linear(
     x: torch.Tensor,
     bias: torch.Tensor | None,
     eps: float,
     prepare: Callable[
-        [], tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor] | Int16Gemm] | None
+        [],
+        tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor] | Int16Gemm | TiledGemm] | None,
     ],
 ) -> torch.Tensor | None:
     """A dynamic int8 linear's host passes around its GEMM, each operand checked once:
@@ -238,7 +256,8 @@ def linear(
     lookups), gives the weight's float32 scales (``[N]``, or one for all) and the GEMM:
     ``gemm(q)`` is the int32 ``[M, N]`` of the int8 ``q`` (contiguous, or float32 holding those
     values), or an :class:`Int16Gemm`: then the three steps are one native call, the
-    quantization writing the kernel's widened activations itself. None, without calling
+    quantization writing the kernel's widened activations itself, or a :class:`TiledGemm`: then
+    each tile of the product is rescaled as soon as it is computed. None, without calling
     ``gemm``, where they do not apply, or where ``prepare`` gives None: the caller runs its
     general path, with the same values.
 
@@ -260,12 +279,68 @@ def linear(
     if quantized is None:
         return None
     q, x_scale = quantized
+    if isinstance(gemm, TiledGemm):
+        return _linear_tiled(native, q, x_scale, gemm, w_scale, w_step, bias)
     acc = gemm(q)
     run = _scale_kernel(native, acc.dtype)
     if run is None or not acc.is_contiguous() or tuple(acc.shape) != (x.shape[0], n):
         raise TypeError(f"asic: a linear's GEMM gave {acc.dtype} {list(acc.shape)}")
     y = torch.empty(acc.shape, dtype=torch.float32)
     _scale(run, acc, x_scale, 1, w_scale, w_step, 0, bias, y)
+    return y
+
+
+def _linear_tiled(
+    native: _Native,
+    q: torch.Tensor,
+    x_scale: torch.Tensor,
+    gemm: TiledGemm,
+    w_scale: torch.Tensor,
+    w_step: int,
+    bias: torch.Tensor | None,
+) -> torch.Tensor:
+    """:func:`linear`'s GEMM and rescale tile by tile (:class:`TiledGemm`): each tile's rows'
+    scales, columns' scales and bias are the whole layer's from the tile's first row and
+    column on, and its rescale writes into the output's rows, ``n`` values apart."""
+    rows, n = q.shape[0], gemm.n
+    if n != w_scale.numel():
+        raise TypeError(
+            f"asic: a linear's tiled GEMM has {n} columns where the weight has"
+            f" {w_scale.numel()} scales"
+        )
+    y = torch.empty((rows, n), dtype=torch.float32)
+    # Blocks of equal rows: a last block of a few rows would run the GEMM at its worst.
+    blocks = -(-rows // gemm.rows)
+    block = -(-rows // blocks)
+    f32 = 4  # bytes: the offsets below are into float32 arrays
+    for j0 in range(0, n, gemm.columns):
+        j1 = min(n, j0 + gemm.columns)
+        for r0 in range(0, rows, block):
+            r1 = min(rows, r0 + block)
+            acc = gemm.tile(q[r0:r1], j0, j1)
+            if (
+                acc.dtype != torch.int32
+                or not acc.is_contiguous()
+                or acc.shape != (r1 - r0, j1 - j0)
+            ):
+                raise TypeError(f"asic: a linear's GEMM tile gave {acc.dtype} {list(acc.shape)}")
+            native.scale_i32(
+                acc.data_ptr(),
+                r1 - r0,
+                j1 - j0,
+                x_scale.data_ptr() + f32 * r0,
+                1,
+                w_scale.data_ptr() + f32 * j0 * w_step,
+                w_step,
+                0,
+                None if bias is None else bias.data_ptr() + f32 * j0,
+                0,
+                1,
+                y.data_ptr() + f32 * (r0 * n + j0),
+                n,
+                _threads(acc.numel()),
+            )
+    gemm.record()
     return y
 
 
@@ -423,6 +498,7 @@ def scale_planes(
         1,
         0,
         y.data_ptr(),
+        size,
         _threads(acc.numel()),
     )
     return y
@@ -552,6 +628,7 @@ def _scale(
         0,
         1,
         y.data_ptr(),
+        n,
         _threads(acc.numel()),
     )
 
@@ -753,7 +830,7 @@ def _load(path: Path, built_with: str) -> _Native:
     scales = []
     for name in ("asic_scale_i32", "asic_scale_f32"):
         fn = getattr(lib, name)
-        fn.argtypes = [_P, _I64, _I64, _P, _I64, _P, _I64, _I64, _P, _I64, _I64, _P, _INT]
+        fn.argtypes = [_P, _I64, _I64, _P, _I64, _P, _I64, _I64, _P, _I64, _I64, _P, _I64, _INT]
         fn.restype = None
         scales.append(fn)
     depthwise = lib.asic_depthwise_f32

@@ -750,6 +750,80 @@ def test_what_an_int16_linear_does_not_take_never_records_its_gemm(what: str) ->
     assert calls == ["prepare"]
 
 
+def _tiled_prepared(  # type: ignore[no-untyped-def]
+    w_q: torch.Tensor, w_scale: torch.Tensor, calls: list[object], rows: int, columns: int
+):
+    """``_prepared`` with the GEMM as a :class:`host_passes.TiledGemm` of tiles of at most
+    ``rows`` × ``columns``, recording each tile it is asked for (its rows and first column)."""
+
+    def tile(q: torch.Tensor, j0: int, j1: int) -> torch.Tensor:
+        calls.append((q.shape[0], j0, j1))
+        return numerics.linear_i32(q, w_q[j0:j1])
+
+    def prepare():  # type: ignore[no-untyped-def]
+        calls.append("prepare")
+        record = lambda: calls.append("record")  # noqa: E731
+        return w_scale, host_passes.TiledGemm(tile, w_q.shape[0], rows, columns, record)
+
+    return prepare
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize(
+    ("rows", "n", "tiles"),
+    [
+        # 700 rows in two blocks of 350 (not 512 and 188); 1100 columns as 512, 512 and 76.
+        (700, 1100, [(350, 0, 512), (350, 0, 512), (350, 512, 1024), (350, 512, 1024),
+                     (350, 1024, 1100), (350, 1024, 1100)]),
+        (300, 512, [(300, 0, 512)]),  # one tile: the whole product
+        (1025, 40, [(342, 0, 40), (342, 0, 40), (341, 0, 40)]),
+    ],
+)  # fmt: skip
+def test_a_linear_in_tiles_gives_the_bits_of_its_gemm_in_one_call(
+    rows: int, n: int, tiles: list[tuple[int, int, int]], bias: bool, threads: int
+) -> None:
+    """Each tile rescaled by its own rows' and columns' scales and bias into its place in the
+    output: the bits of the passes around the whole GEMM and the aten kernels', in blocks of
+    equal rows, the GEMM recorded once."""
+    g = torch.Generator().manual_seed(rows + n)
+    x = torch.randn(rows, 24, generator=g) * torch.rand(rows, 1, generator=g) * 5
+    w_q = torch.randint(-128, 128, (n, 24), dtype=torch.int8, generator=g)
+    w_scale = torch.rand(n, generator=g) * 1e-2
+    b = torch.randn(n, generator=g) if bias else None
+    calls: list[object] = []
+    with torch_threads(threads):
+        y = host_passes.linear(x, b, F32_EPS, _tiled_prepared(w_q, w_scale, calls, 512, 512))
+        whole = host_passes.linear(x, b, F32_EPS, _prepared(w_q, w_scale, []))
+        with host_passes.forced("aten"):
+            q_aten, s_aten = quantize_sym_rows(x)
+            aten = numerics.dequantize_acc(numerics.linear_i32(q_aten, w_q), s_aten, w_scale, b)
+    assert calls == ["prepare", *tiles, "record"]
+    assert y is not None
+    assert whole is not None
+    assert y.shape == (rows, n)
+    assert torch.equal(y, whole)
+    assert torch.equal(y, aten)
+
+
+@pytest.mark.parametrize(
+    ("n", "extra", "message"),
+    [
+        (6, 1, r"a linear's GEMM tile gave torch.int32 \[4, 5\]"),
+        (7, 0, r"a linear's tiled GEMM has 7 columns where the weight has 6 scales"),
+    ],
+)
+def test_a_linears_gemm_tiles_of_another_shape_are_an_error(
+    n: int, extra: int, message: str
+) -> None:
+    def tile(q: torch.Tensor, j0: int, j1: int) -> torch.Tensor:
+        return torch.zeros(q.shape[0], j1 - j0 + extra, dtype=torch.int32)
+
+    gemm = host_passes.TiledGemm(tile, n, 512, 4, lambda: None)
+    with pytest.raises(TypeError, match=rf"^asic: {message}$"):
+        host_passes.linear(torch.randn(4, 30), None, F32_EPS, lambda: (torch.rand(6), gemm))
+
+
 def test_a_linears_gemm_of_another_shape_is_an_error() -> None:
     """After the GEMM ran (and was counted) there is no going back to the general path."""
     with pytest.raises(TypeError, match=r"^asic: a linear's GEMM gave torch.int32 \[4, 5\]$"):

@@ -431,6 +431,38 @@ def test_a_kept_weights_linear_takes_the_native_path_with_the_general_paths_bits
     assert native_counts.dut_ops == 1
 
 
+@pytest.mark.skipif("int_mm" not in STATIC_KERNELS, reason="torch._int_mm is not exact here")
+@pytest.mark.parametrize("layout", host_gemm.INT_MM_LAYOUTS)
+@pytest.mark.parametrize(
+    ("rows", "n", "tiled"),
+    [(255, 600, False), (256, 600, True), (300, 512, False), (300, 513, True)],
+)
+def test_a_prefill_linear_by_int_mm_runs_in_tiles_with_the_general_paths_bits_and_counts(
+    device: Device, monkeypatch: pytest.MonkeyPatch, rows: int, n: int, tiled: bool, layout: str
+) -> None:
+    """From INT_MM_TILE_MIN_ROWS rows and more than INT_MM_TILE columns on, the GEMM and its
+    rescale run tile by tile, in either weight layout (tiles of the ``[N, K]`` rows, or column
+    slices of the ``[K, N]`` copy): the general path's bits, and one GEMM counted, as before."""
+    monkeypatch.setenv(host_gemm.LAYOUT_ENV_VAR, layout)
+    assert (host_gemm.INT_MM_TILE_MIN_ROWS, host_gemm.INT_MM_TILE) == (256, 512)
+    tiles: list[int] = []
+    real = host_passes._linear_tiled
+    monkeypatch.setattr(host_passes, "_linear_tiled", lambda *a: tiles.append(rows) or real(*a))
+    g = torch.Generator().manual_seed(rows + n)
+    x = torch.randn(rows, 24, generator=g) * 3
+    args = (x, torch.randn(n, 24, generator=g), torch.randn(n, generator=g), False, True)
+    results = []
+    with host_gemm.forced("int_mm"):
+        for run in (ops.dyn_linear, _general_path):
+            device.reset()
+            results.append((run(*args, device.key), device.snapshot()))
+    (y, counts), (general, general_counts) = results
+    assert tiles == ([rows] if tiled else [])
+    assert torch.equal(y, general)
+    assert counts == general_counts
+    assert counts.dut_ops == 1
+
+
 @pytest.mark.parametrize("rows", [1, 6])
 @pytest.mark.parametrize("kernel", STATIC_KERNELS)
 def test_the_inductor_hosts_gemm_by_a_kept_weight_gives_the_general_paths_bits(
