@@ -339,19 +339,27 @@ def test_interleaved(benchmark: Any, layer: Layer, request: pytest.FixtureReques
         with torch.no_grad():
             assert_close(peer(x), fp32())
         fns["torchao"] = functools.partial(peer, x)
+    if not benchmark.disabled and any(map(_tiled, layer.gemms)):
+        # What the DUT ran before its int_mm GEMM went in tiles: their gain in this one run.
+        whole = make_dut()
+        variants_int_mm = {"dut_whole": functools.partial(_untiled, whole)}
+    else:
+        variants_int_mm = {}
     for name in timed_kernels(benchmark.disabled):
         # The kernel alone on int8 operands, as the DUT calls it (weights static, so a float
         # kernel keeps their float copy), then the DUT with that kernel.
         fns[f"gemm@{name}"] = forced_kernel(
             name, lambda: [host_gemm.mm_i32(a, w, w_static=True) for a, w in operands]
         )
-        for variant, fn in variants.items():
+        for variant, fn in {**variants, **(variants_int_mm if name == "int_mm" else {})}.items():
             fns[f"{variant}@{name}"] = forced_kernel(name, functools.partial(fn, x))
     with torch.no_grad():
         ref = fp32()
         for name in timed_kernels(benchmark.disabled):
             for fn in variants.values():
                 assert_close(forced_kernel(name, functools.partial(fn, x))(), ref)
+        for fn in variants_int_mm.values():
+            assert_close(forced_kernel("int_mm", functools.partial(fn, x))(), ref)
         rounds = 1 if benchmark.disabled else layer.rounds
         best: dict[str, float] = {}
         benchmark.pedantic(lambda: best.update(best_interleaved(fns, rounds)), rounds=1)
@@ -360,6 +368,18 @@ def test_interleaved(benchmark: Any, layer: Layer, request: pytest.FixtureReques
 
 
 _DYN_LINEAR = DIRECT_CALLS[torch.ops.asic.dyn_linear.default]
+
+
+def _tiled(gemm: tuple[int, int, int]) -> bool:
+    # Whether the DUT runs this linear's int_mm GEMM in tiles (host_gemm.native_linear_gemm).
+    m, _, n = gemm
+    return m >= host_gemm.INT_MM_TILE_MIN_ROWS and n >= host_gemm.INT_MM_TILE_MIN_COLUMNS
+
+
+def _untiled(dut: Callable[[torch.Tensor], Any], x: torch.Tensor) -> Any:
+    # The DUT with its int_mm GEMMs in one call each (asic_backend.sim.host_gemm.untiled).
+    with host_gemm.untiled():
+        return dut(x)
 
 
 def _aten_passes(dut: Callable[[torch.Tensor], Any], x: torch.Tensor) -> Any:

@@ -578,8 +578,8 @@ def _native_dyn_linear(
     """:func:`dyn_linear` of a 2-D ``x`` by a kept weight in its fewest steps: the native
     quantization and rescale around the GEMM on the operand the weight keeps for the host
     kernel (:func:`asic_backend.sim.host_passes.linear`, :func:`run_static_mm`; with ``int16``,
-    the three in one native call, and with ``int_mm`` from 256 rows on, the GEMM and rescale tile
-    by tile: :func:`asic_backend.sim.host_gemm.native_linear_gemm`). None where they do not
+    the three in one native call, and with ``int_mm`` at prefill shapes, the GEMM and rescale
+    tile by tile: :func:`asic_backend.sim.host_gemm.native_linear_gemm`). None where they do not
     apply: the general path, the same values.
 
     The general path asks its questions again at each layer (the passes' checks, the weight's

@@ -64,6 +64,7 @@ __all__ = [
     "INT_MM_LAYOUTS",
     "INT_MM_MIN_K",
     "INT_MM_TILE",
+    "INT_MM_TILE_MIN_COLUMNS",
     "INT_MM_TILE_MIN_ROWS",
     "KERNELS",
     "LAYOUT_ENV_VAR",
@@ -91,6 +92,7 @@ __all__ = [
     "static_form",
     "static_mm",
     "static_operand",
+    "untiled",
 ]
 
 #: The kernels, by name.
@@ -108,6 +110,8 @@ INT_MM_MIN_K = 2
 _INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 
 _forced: list[str] = []
+#: Depth of :func:`untiled` blocks.
+_untiled: list[None] = []
 
 
 def kernel() -> str:
@@ -216,6 +220,18 @@ def forced(name: str) -> Iterator[None]:
         _forced.pop()
 
 
+@contextlib.contextmanager
+def untiled() -> Iterator[None]:
+    """Run a linear's ``int_mm`` GEMM in one call in the block, never in tiles
+    (:data:`INT_MM_TILE_MIN_ROWS`): what a prefill linear ran before, so a benchmark compares
+    the two in one run. The same bits either way."""
+    _untiled.append(None)
+    try:
+        yield
+    finally:
+        _untiled.pop()
+
+
 def mm_i32(
     a_q: torch.Tensor,
     w_q: torch.Tensor,
@@ -301,15 +317,19 @@ def static_operand(
     raise ValueError(f"asic: the {name} kernel keeps no static operand; {STATIC_KERNELS} do")
 
 
-#: From this many rows on, a linear's ``int_mm`` GEMM runs in tiles of at most
-#: :data:`INT_MM_TILE` rows and columns, each rescaled while it is in the CPU's cache
-#: (:class:`asic_backend.sim.host_passes.TiledGemm`). oneDNN's AMX ``_int_mm`` of a whole
-#: prefill layer writes its int32 product through memory, and the rescale reads it back. On
-#: the Intel Xeon with AMX, at 256 to 1024 rows, the layer in tiles took 0.86x to 1.26x the
-#: single GEMM alone, against 1.07x to 1.46x for the single GEMM and its rescale (one and two
-#: threads; 256-wide tiles were slower, 1024-wide no faster). At 128 rows with two threads the
-#: tiles were slower: 1.28x to 1.85x against 1.11x to 1.45x.
+#: From this many rows and :data:`INT_MM_TILE_MIN_COLUMNS` columns on, a linear's ``int_mm``
+#: GEMM runs in tiles of at most :data:`INT_MM_TILE` rows and columns, each rescaled while it is
+#: in the CPU's cache (:class:`asic_backend.sim.host_passes.TiledGemm`). oneDNN's AMX
+#: ``_int_mm`` of a whole prefill layer writes its int32 product through memory, and the
+#: rescale reads it back. On the Intel Xeon with AMX, 512 rows, the layer in tiles took 0.75x to
+#: 0.90x its time in one call at 6144 and 8192 columns with one thread, 0.73x to 1.10x with two
+#: (``DUT/whole``, ``benchmarks/test_int8_path.py``), and 0.81x to 0.94x from 3072 columns with
+#: other work between the calls; but at 2048 columns 0.95x to 1.22x: there the product is small
+#: and the tiles only read the activations again. At 128 rows with two threads the tiles were
+#: slower (1.28x to 1.85x the bare GEMM against 1.11x to 1.45x); 256-wide tiles were slower
+#: than 512-wide ones, 1024-wide no faster.
 INT_MM_TILE_MIN_ROWS = 256
+INT_MM_TILE_MIN_COLUMNS = 3072
 INT_MM_TILE = 512
 
 
@@ -319,15 +339,15 @@ def native_linear_gemm(
     """The GEMM of ``rows`` rows by the kept operand ``w`` as
     :func:`asic_backend.sim.host_passes.linear` runs it, with ``record`` recording it on the
     device: inside its own native call where ``w``'s kernel is native (``int16``), in tiles
-    where ``int_mm``'s product is large (:data:`INT_MM_TILE_MIN_ROWS`); None where it is one
-    call of :func:`static_mm`."""
+    where ``int_mm``'s product is large (:data:`INT_MM_TILE_MIN_ROWS`,
+    :data:`INT_MM_TILE_MIN_COLUMNS`); None where it is one call of :func:`static_mm`."""
     if isinstance(w.data, int16_gemm.Packed):
         packed = w.data
         threads = int16_gemm.gemm_threads(rows * packed.n * packed.k)
         return host_passes.Int16Gemm(packed.data, packed.n, packed.k, threads, record)
     kn = w.data  # [K, N], as torch._int_mm takes it
     n = kn.shape[1]
-    if rows < INT_MM_TILE_MIN_ROWS or n <= INT_MM_TILE:
+    if rows < INT_MM_TILE_MIN_ROWS or n < INT_MM_TILE_MIN_COLUMNS or _untiled:
         return None
 
     def tile(q: torch.Tensor, j0: int, j1: int) -> torch.Tensor:

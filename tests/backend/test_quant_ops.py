@@ -435,16 +435,16 @@ def test_a_kept_weights_linear_takes_the_native_path_with_the_general_paths_bits
 @pytest.mark.parametrize("layout", host_gemm.INT_MM_LAYOUTS)
 @pytest.mark.parametrize(
     ("rows", "n", "tiled"),
-    [(255, 600, False), (256, 600, True), (300, 512, False), (300, 513, True)],
+    [(255, 3100, False), (256, 3100, True), (300, 3071, False), (300, 3072, True)],
 )
 def test_a_prefill_linear_by_int_mm_runs_in_tiles_with_the_general_paths_bits_and_counts(
     device: Device, monkeypatch: pytest.MonkeyPatch, rows: int, n: int, tiled: bool, layout: str
 ) -> None:
-    """From INT_MM_TILE_MIN_ROWS rows and more than INT_MM_TILE columns on, the GEMM and its
+    """From INT_MM_TILE_MIN_ROWS rows and INT_MM_TILE_MIN_COLUMNS columns on, the GEMM and its
     rescale run tile by tile, in either weight layout (tiles of the ``[N, K]`` rows, or column
     slices of the ``[K, N]`` copy): the general path's bits, and one GEMM counted, as before."""
     monkeypatch.setenv(host_gemm.LAYOUT_ENV_VAR, layout)
-    assert (host_gemm.INT_MM_TILE_MIN_ROWS, host_gemm.INT_MM_TILE) == (256, 512)
+    assert (host_gemm.INT_MM_TILE_MIN_ROWS, host_gemm.INT_MM_TILE_MIN_COLUMNS) == (256, 3072)
     tiles: list[int] = []
     real = host_passes._linear_tiled
     monkeypatch.setattr(host_passes, "_linear_tiled", lambda *a: tiles.append(rows) or real(*a))
@@ -456,9 +456,12 @@ def test_a_prefill_linear_by_int_mm_runs_in_tiles_with_the_general_paths_bits_an
         for run in (ops.dyn_linear, _general_path):
             device.reset()
             results.append((run(*args, device.key), device.snapshot()))
+        with host_gemm.untiled():
+            whole = ops.dyn_linear(*args, device.key)
     (y, counts), (general, general_counts) = results
-    assert tiles == ([rows] if tiled else [])
+    assert tiles == ([rows] if tiled else [])  # host_gemm.untiled() took no tiles
     assert torch.equal(y, general)
+    assert torch.equal(whole, general)
     assert counts == general_counts
     assert counts.dut_ops == 1
 
