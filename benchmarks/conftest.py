@@ -127,7 +127,7 @@ BELOW_FLOOR = "†"
 FLOOR_NOTE = (
     f"{BELOW_FLOOR} below 1.0: noise or a different baseline (the bare kernel's fresh int32 "
     "accumulator), or, by int_mm from "
-    f"{host_gemm.INT_MM_TILE_MIN_ROWS} × {host_gemm.INT_MM_TILE_MIN_COLUMNS} outputs on, the "
+    f"{host_gemm.INT_MM_TILE_MIN_ROWS} rows × {host_gemm.INT_MM_TILE_MIN_COLUMNS} outputs on, the "
     "DUT's GEMM in tiles rescaled in the CPU's cache, faster than the bare kernel's one call"
 )
 
@@ -196,8 +196,8 @@ def ratio_table(rows: dict[str, Row]) -> list[str]:
 
 
 def _per_kernel(row: Row) -> list[tuple[str, dict[str, float]]]:
-    """``(kernel, {fp32, gemm, dut[, dut_aten, dut_inductor, torchao]})`` per host GEMM kernel
-    the row measured."""
+    """``(kernel, {fp32, gemm, dut[, dut_whole, dut_aten, dut_inductor, torchao]})`` per host
+    GEMM kernel the row measured."""
     t = row.interleaved
     kernels = [k for k in host_gemm.KERNELS if {"fp32", f"gemm@{k}", f"dut@{k}"} <= t.keys()]
     if kernels:

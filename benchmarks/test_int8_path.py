@@ -28,9 +28,11 @@ fp32, and for each of the ``int_mm`` and ``float32`` kernels (forced, so a host 
 dot-product unit shows what one without sees, and the reverse) the kernel alone and the DUT
 (with the native host passes, and with the aten kernels' as a machine without a C compiler
 runs them: ``asic_backend.sim.host_passes``), and, where TorchAO is installed, the layer as
-TorchAO's dynamic int8 under Inductor (the production int8 path, for the DUT/TorchAO column).
-``test_int_mm_layouts`` times ``torch._int_mm`` by each weight layout the ``int_mm`` kernel may
-keep, which it measures once per process (``asic_backend.sim.host_gemm.int_mm_layout``).
+TorchAO's dynamic int8 under Inductor (the production int8 path, for the DUT/TorchAO column),
+and where the DUT runs an ``int_mm`` GEMM in tiles, the DUT with its GEMMs in one call (the
+DUT/whole column: ``asic_backend.sim.host_gemm.untiled``). ``test_int_mm_layouts`` times
+``torch._int_mm`` by each weight layout the ``int_mm`` kernel may keep, which it measures once
+per process (``asic_backend.sim.host_gemm.int_mm_layout``).
 Every test first checks its numbers (DUT close to fp32, ``_int_mm`` exact, the simulated figures
 equal to the cycle model's), so a fast wrong path fails; nothing asserts on time.
 """
@@ -302,7 +304,8 @@ def test_interleaved(benchmark: Any, layer: Layer, request: pytest.FixtureReques
     the DUT (the op, and compiled with ``host="inductor"``) run round robin, so each ratio of
     the closing table compares runs on the same machine at the same moments
     (:func:`benchmarks.conftest.best_interleaved`), and a host of either kind shows what the
-    other kind sees."""
+    other kind sees. Where the DUT runs an ``int_mm`` GEMM in tiles, the DUT with its GEMMs in
+    one call runs too (``dut_whole``)."""
     # Every layer compiles nn.Linear.forward anew: without a reset the recompile limit would
     # send the later layers to eager fp32.
     torch._dynamo.reset()
@@ -339,12 +342,11 @@ def test_interleaved(benchmark: Any, layer: Layer, request: pytest.FixtureReques
         with torch.no_grad():
             assert_close(peer(x), fp32())
         fns["torchao"] = functools.partial(peer, x)
-    if not benchmark.disabled and any(map(_tiled, layer.gemms)):
-        # What the DUT ran before its int_mm GEMM went in tiles: their gain in this one run.
-        whole = make_dut()
-        variants_int_mm = {"dut_whole": functools.partial(_untiled, whole)}
-    else:
-        variants_int_mm = {}
+    variants_int_mm: dict[str, Callable[[torch.Tensor], Any]] = {}
+    if not benchmark.disabled and any(host_gemm.int_mm_tiles(m, n) for m, _, n in layer.gemms):
+        # The tiles' gain, measured in the same rounds as the rest: the DUT with its GEMMs in
+        # one call each, as before them.
+        variants_int_mm["dut_whole"] = functools.partial(_untiled, make_dut())
     for name in timed_kernels(benchmark.disabled):
         # The kernel alone on int8 operands, as the DUT calls it (weights static, so a float
         # kernel keeps their float copy), then the DUT with that kernel.
@@ -368,12 +370,6 @@ def test_interleaved(benchmark: Any, layer: Layer, request: pytest.FixtureReques
 
 
 _DYN_LINEAR = DIRECT_CALLS[torch.ops.asic.dyn_linear.default]
-
-
-def _tiled(gemm: tuple[int, int, int]) -> bool:
-    # Whether the DUT runs this linear's int_mm GEMM in tiles (host_gemm.native_linear_gemm).
-    m, _, n = gemm
-    return m >= host_gemm.INT_MM_TILE_MIN_ROWS and n >= host_gemm.INT_MM_TILE_MIN_COLUMNS
 
 
 def _untiled(dut: Callable[[torch.Tensor], Any], x: torch.Tensor) -> Any:

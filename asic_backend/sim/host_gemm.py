@@ -79,6 +79,7 @@ __all__ = [
     "has_int8_unit",
     "int_mm_is_exact",
     "int_mm_layout",
+    "int_mm_tiles",
     "kernel",
     "kernel_for",
     "layout_setting",
@@ -223,8 +224,9 @@ def forced(name: str) -> Iterator[None]:
 @contextlib.contextmanager
 def untiled() -> Iterator[None]:
     """Run a linear's ``int_mm`` GEMM in one call in the block, never in tiles
-    (:data:`INT_MM_TILE_MIN_ROWS`): what a prefill linear ran before, so a benchmark compares
-    the two in one run. The same bits either way."""
+    (:func:`int_mm_tiles`): what a prefill linear ran before, so a benchmark compares the two in
+    one run. The same bits either way. Like :func:`forced`, it holds for the whole process
+    while the block runs, in every thread."""
     _untiled.append(None)
     try:
         yield
@@ -323,14 +325,21 @@ def static_operand(
 #: ``_int_mm`` of a whole prefill layer writes its int32 product through memory, and the
 #: rescale reads it back. On the Intel Xeon with AMX, 512 rows, the layer in tiles took 0.75x to
 #: 0.90x its time in one call at 6144 and 8192 columns with one thread, 0.73x to 1.10x with two
-#: (``DUT/whole``, ``benchmarks/test_int8_path.py``), and 0.81x to 0.94x from 3072 columns with
-#: other work between the calls; but at 2048 columns 0.95x to 1.22x: there the product is small
-#: and the tiles only read the activations again. At 128 rows with two threads the tiles were
-#: slower (1.28x to 1.85x the bare GEMM against 1.11x to 1.45x); 256-wide tiles were slower
-#: than 512-wide ones, 1024-wide no faster.
+#: (``DUT/whole``, ``benchmarks/test_int8_path.py``). The two cut-offs come from scratch runs
+#: with other work between the calls: 0.81x to 0.94x from 3072 columns, but 0.95x to 1.03x at
+#: 2048 (and 1.16x to 1.22x in the benchmark), where the product is small and the tiles only
+#: read the activations again; at 128 rows with two threads the tiles took 1.28x to 1.85x the
+#: bare GEMM, against 1.11x to 1.45x in one call. 256-wide tiles were slower than 512-wide
+#: ones, 1024-wide no faster.
 INT_MM_TILE_MIN_ROWS = 256
 INT_MM_TILE_MIN_COLUMNS = 3072
 INT_MM_TILE = 512
+
+
+def int_mm_tiles(rows: int, n: int) -> bool:
+    """Whether a linear of ``rows`` rows and ``n`` outputs runs its ``int_mm`` GEMM in tiles
+    (:data:`INT_MM_TILE_MIN_ROWS`, :data:`INT_MM_TILE_MIN_COLUMNS`)."""
+    return rows >= INT_MM_TILE_MIN_ROWS and n >= INT_MM_TILE_MIN_COLUMNS
 
 
 def native_linear_gemm(
@@ -339,15 +348,15 @@ def native_linear_gemm(
     """The GEMM of ``rows`` rows by the kept operand ``w`` as
     :func:`asic_backend.sim.host_passes.linear` runs it, with ``record`` recording it on the
     device: inside its own native call where ``w``'s kernel is native (``int16``), in tiles
-    where ``int_mm``'s product is large (:data:`INT_MM_TILE_MIN_ROWS`,
-    :data:`INT_MM_TILE_MIN_COLUMNS`); None where it is one call of :func:`static_mm`."""
+    where ``int_mm``'s product is large (:func:`int_mm_tiles`, unless in an :func:`untiled`
+    block); None where it is one call of :func:`static_mm`."""
     if isinstance(w.data, int16_gemm.Packed):
         packed = w.data
         threads = int16_gemm.gemm_threads(rows * packed.n * packed.k)
         return host_passes.Int16Gemm(packed.data, packed.n, packed.k, threads, record)
     kn = w.data  # [K, N], as torch._int_mm takes it
     n = kn.shape[1]
-    if rows < INT_MM_TILE_MIN_ROWS or n < INT_MM_TILE_MIN_COLUMNS or _untiled:
+    if not int_mm_tiles(rows, n) or _untiled:
         return None
 
     def tile(q: torch.Tensor, j0: int, j1: int) -> torch.Tensor:

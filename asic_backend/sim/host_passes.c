@@ -168,9 +168,10 @@ int64_t asic_quantize_sym_cols_f32(const float *x, int64_t batch, int64_t rows, 
  * own column scales follow the last matrix's in b (attention's scores); b and bias may be
  * NULL; bias_row_step / bias_col_step: 1 and 0 for a value a row, 0 and 1 for a value a
  * column. y's rows lie y_stride values apart (n, or the whole output's width where acc is a
- * tile of its columns: b, bias and y then point at the tile's first column). y may be acc's
- * own memory: each value is read before it is written, in the same iteration (ivdep: no
- * dependence between iterations, so no scalar fallback for it). */
+ * tile of its columns: b, bias and y then point at the tile's first column, and b_rows is 0,
+ * as a batch's scales are indexed by n). y may be acc's own memory where y_stride is n: each
+ * value is read before it is written, in the same iteration (ivdep: no dependence between
+ * iterations, so no scalar fallback for it). */
 #define SCALE_LOOP(EXPR)                                                                       \
     do {                                                                                       \
         _Pragma("GCC ivdep") for (int64_t j = 0; j < n; j++) {                                 \

@@ -253,7 +253,7 @@ def linear(
     :func:`quantize_sym` of ``x`` (int8), the GEMM, then :func:`scale_rows` by the rows'
     scales, the weight's and ``bias`` (float32 ``[N]``, or None): float32 ``[M, N]``, new.
     ``prepare()``, called once ``x`` passes (so a declined call spares the caller's weight
-    lookups), gives the weight's float32 scales (``[N]``, or one for all) and the GEMM:
+    lookups), gives the weight's float32 scales (``[N]``, one a column) and the GEMM:
     ``gemm(q)`` is the int32 ``[M, N]`` of the int8 ``q`` (contiguous, or float32 holding those
     values), or an :class:`Int16Gemm`: then the three steps are one native call, the
     quantization writing the kernel's widened activations itself, or a :class:`TiledGemm`: then
@@ -312,7 +312,7 @@ def _linear_tiled(
     # Blocks of equal rows: a last block of a few rows would run the GEMM at its worst.
     blocks = -(-rows // gemm.rows)
     block = -(-rows // blocks)
-    f32 = 4  # bytes: the offsets below are into float32 arrays
+    f32 = torch.float32.itemsize  # the offsets below are into float32 arrays
     for j0 in range(0, n, gemm.columns):
         j1 = min(n, j0 + gemm.columns)
         for r0 in range(0, rows, block):

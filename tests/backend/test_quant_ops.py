@@ -431,26 +431,45 @@ def test_a_kept_weights_linear_takes_the_native_path_with_the_general_paths_bits
     assert native_counts.dut_ops == 1
 
 
-@pytest.mark.skipif("int_mm" not in STATIC_KERNELS, reason="torch._int_mm is not exact here")
+_TILE_ROWS, _TILE_COLUMNS = host_gemm.INT_MM_TILE_MIN_ROWS, host_gemm.INT_MM_TILE_MIN_COLUMNS
+
+
+@pytest.mark.skipif(not host_gemm.int_mm_is_exact(), reason="torch._int_mm is not exact here")
 @pytest.mark.parametrize("layout", host_gemm.INT_MM_LAYOUTS)
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
 @pytest.mark.parametrize(
-    ("rows", "n", "tiled"),
-    [(255, 3100, False), (256, 3100, True), (300, 3071, False), (300, 3072, True)],
+    ("rows", "n", "transposed", "tiled"),
+    [
+        (_TILE_ROWS - 1, _TILE_COLUMNS + 28, False, False),
+        (_TILE_ROWS, _TILE_COLUMNS + 28, False, True),
+        (_TILE_ROWS + 44, _TILE_COLUMNS - 1, False, False),
+        (_TILE_ROWS + 44, _TILE_COLUMNS, True, True),  # a weight stored [K, N]
+        (2 * host_gemm.INT_MM_TILE + 1, _TILE_COLUMNS + 1, False, True),  # blocks of rows
+    ],
 )
 def test_a_prefill_linear_by_int_mm_runs_in_tiles_with_the_general_paths_bits_and_counts(
-    device: Device, monkeypatch: pytest.MonkeyPatch, rows: int, n: int, tiled: bool, layout: str
+    device: Device,
+    monkeypatch: pytest.MonkeyPatch,
+    rows: int,
+    n: int,
+    transposed: bool,
+    tiled: bool,
+    bias: bool,
+    layout: str,
 ) -> None:
     """From INT_MM_TILE_MIN_ROWS rows and INT_MM_TILE_MIN_COLUMNS columns on, the GEMM and its
     rescale run tile by tile, in either weight layout (tiles of the ``[N, K]`` rows, or column
-    slices of the ``[K, N]`` copy): the general path's bits, and one GEMM counted, as before."""
+    slices of the ``[K, N]`` copy), in blocks of rows past INT_MM_TILE, the last tile a column
+    wide: the general path's bits, and one GEMM counted, as before; ``untiled()``'s too."""
     monkeypatch.setenv(host_gemm.LAYOUT_ENV_VAR, layout)
-    assert (host_gemm.INT_MM_TILE_MIN_ROWS, host_gemm.INT_MM_TILE_MIN_COLUMNS) == (256, 3072)
     tiles: list[int] = []
     real = host_passes._linear_tiled
     monkeypatch.setattr(host_passes, "_linear_tiled", lambda *a: tiles.append(rows) or real(*a))
     g = torch.Generator().manual_seed(rows + n)
-    x = torch.randn(rows, 24, generator=g) * 3
-    args = (x, torch.randn(n, 24, generator=g), torch.randn(n, generator=g), False, True)
+    x = torch.randn(rows, 24, generator=g) * torch.rand(rows, 1, generator=g) * 5
+    w = torch.randn((24, n) if transposed else (n, 24), generator=g)
+    b = torch.randn(n, generator=g) if bias else None
+    args = (x, w, b, transposed, True)
     results = []
     with host_gemm.forced("int_mm"):
         for run in (ops.dyn_linear, _general_path):

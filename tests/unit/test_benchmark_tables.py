@@ -18,7 +18,7 @@ def test_a_dut_path_faster_than_its_own_gemm_is_marked_with_the_reasons_it_can_b
     # Noise, the bare kernel's fresh accumulator, or the tiles of a prefill linear by int_mm.
     assert "noise" in FLOOR_NOTE
     rows, columns = host_gemm.INT_MM_TILE_MIN_ROWS, host_gemm.INT_MM_TILE_MIN_COLUMNS
-    assert f"by int_mm from {rows} × {columns} outputs on" in FLOOR_NOTE
+    assert f"by int_mm from {rows} rows × {columns} outputs on" in FLOOR_NOTE
 
 
 def test_a_table_with_every_ratio_at_or_above_its_floor_has_no_note() -> None:
