@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 import asic_backend.lower.accounting
 import asic_backend.ops.attention
 import asic_backend.ops.conv  # noqa: F401  (the asic:: ops checked here)
+from asic_backend import make_backend
 from asic_backend.ops import linear as quant_ops
 from asic_backend.sim import host_gemm, host_passes, numerics
 from asic_backend.sim.device import Device, HostFallback, HostFallbackStats, get_device
@@ -483,6 +485,34 @@ def test_a_prefill_linear_by_int_mm_runs_in_tiles_with_the_general_paths_bits_an
     assert torch.equal(whole, general)
     assert counts == general_counts
     assert counts.dut_ops == 1
+
+
+@pytest.mark.skipif(not host_gemm.int_mm_is_exact(), reason="torch._int_mm is not exact here")
+def test_a_compiled_models_wide_prefill_linear_runs_in_tiles_with_the_bits_of_one_call(
+    device: Device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``backend="asic"``: the wide linear of a model goes in tiles, the narrow one in one call;
+    the outputs and the device's figures are those of the model run with no tiles."""
+    tiles: list[int] = []
+    real = host_passes._linear_tiled
+    monkeypatch.setattr(host_passes, "_linear_tiled", lambda *a: tiles.append(1) or real(*a))
+    wide = _TILE_COLUMNS + 28
+    model = torch.nn.Sequential(
+        torch.nn.Linear(24, wide), torch.nn.ReLU(), torch.nn.Linear(wide, 16)
+    ).eval()
+    compiled = torch.compile(model, backend=make_backend(), fullgraph=True)
+    x = torch.randn(_TILE_ROWS + 44, 24)
+    runs = []
+    with torch.no_grad(), host_gemm.forced("int_mm"):
+        for tiled in (True, False):
+            device.reset()
+            with contextlib.nullcontext() if tiled else host_gemm.untiled():
+                runs.append((compiled(x), device.snapshot()))
+    (y, counts), (whole, whole_counts) = runs
+    assert tiles == [1]
+    assert torch.equal(y, whole)
+    assert counts == whole_counts
+    assert counts.dut_ops == 2
 
 
 @pytest.mark.parametrize("rows", [1, 6])
