@@ -16,6 +16,9 @@ OPTIONS_KEY = pytest.StashKey[NoGraphBreakOptions]()
 RECORD_KEY = pytest.StashKey[TestRecord]()
 #: Key in xdist's ``workeroutput`` carrying a worker's marker errors to the controller.
 USAGE_ERRORS_OUTPUT = "nobreak_usage_errors"
+#: Key in xdist's ``workeroutput`` carrying the host GEMM kernels a worker's ASIC backend chose
+#: by timing (:mod:`pytest_nobreak.report.kernel_choices`).
+CHOICES_OUTPUT = "nobreak_kernel_choices"
 COMPLETE_KEY = pytest.StashKey[bool]()
 #: Attribute of the call-phase ``TestReport`` carrying the record (JSON, so xdist can ship it).
 REPORT_ATTR = "nobreak_record"

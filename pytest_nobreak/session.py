@@ -28,6 +28,7 @@ from pytest_nobreak.benchmark import roof_fields
 from pytest_nobreak.config import NobreakConfig
 from pytest_nobreak.gate.baseline import Baseline, BaselineError, load_baseline
 from pytest_nobreak.keys import (
+    CHOICES_OUTPUT,
     COMPLETE_ATTR,
     COMPLETE_KEY,
     MONITOR_KEY,
@@ -43,6 +44,7 @@ from pytest_nobreak.report.controller import SessionReporter, display_path, upda
 from pytest_nobreak.report.html_report import HtmlReportError, check_html_path
 from pytest_nobreak.report.json_report import ReportError, TestRecord, check_report_path
 from pytest_nobreak.report.junit import junit_properties
+from pytest_nobreak.report.kernel_choices import local_choices, summary_line, united
 from pytest_nobreak.watch.compile_report import CompileReport
 from pytest_nobreak.watch.events import EXPORT_KINDS, BreakEvent
 from pytest_nobreak.watch.export_report import EXPORT_TITLE
@@ -100,6 +102,8 @@ class NobreakSession:
         self.roofs: dict[str, dict[str, Any]] = {}
         self.reporter: SessionReporter | None = None
         self.usage_errors: list[str] = []
+        #: The host GEMM kernels xdist workers chose by timing (:mod:`.report.kernel_choices`).
+        self.kernel_choices: list[tuple[Any, ...]] = []
         #: The monitor of the test being run, from its setup to its teardown.
         self._watching: Monitor | None = None
         self.baseline = self._load_baseline()
@@ -375,6 +379,7 @@ class NobreakSession:
         if is_xdist_worker(self.config):
             workeroutput = getattr(self.config, "workeroutput", {})
             workeroutput[USAGE_ERRORS_OUTPUT] = self.usage_errors
+            workeroutput[CHOICES_OUTPUT] = [list(choice) for choice in local_choices()]
             return
         if self.usage_errors:
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
@@ -391,6 +396,7 @@ class NobreakSession:
             self.baseline,
             complete=self.complete,
             roofs=self.roofs,
+            kernel_choices=self._kernel_choices(),
         )
         status = self.reporter.finish()
         # Keep a worse status pytest already has (failed tests 1, interrupted 2, ...).
@@ -401,9 +407,11 @@ class NobreakSession:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        """xdist controller: collect the marker errors a worker found."""
+        """xdist controller: collect the marker errors a worker found, and the host GEMM
+        kernels it chose by timing."""
         output = getattr(node, "workeroutput", None) or {}
         self.usage_errors.extend(output.get(USAGE_ERRORS_OUTPUT, ()))
+        self.kernel_choices.extend(tuple(choice) for choice in output.get(CHOICES_OUTPUT, ()))
 
     def _unique_usage_errors(self) -> list[str]:
         return list(dict.fromkeys(self.usage_errors))  # each worker reports every item
@@ -413,6 +421,13 @@ class NobreakSession:
             terminalreporter.write_line(f"ERROR: {message}", red=True, bold=True)
         if self.reporter is not None:
             self.reporter.terminal_summary(terminalreporter)
+        line = summary_line(self._kernel_choices())
+        if line is not None:
+            terminalreporter.write_line(line)
+
+    def _kernel_choices(self) -> dict[str, str]:
+        """The host GEMM kernels chosen by timing: the workers' and this process's own."""
+        return united([*self.kernel_choices, *local_choices()])
 
 
 def _quiet_trace_logger() -> None:

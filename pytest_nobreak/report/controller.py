@@ -95,6 +95,7 @@ class SessionReporter:
         *,
         complete: Iterable[str] | None = None,
         roofs: Mapping[str, Mapping[str, Any]] | None = None,
+        kernel_choices: Mapping[str, str] | None = None,
     ) -> None:
         self.config = config
         self.settings = settings
@@ -104,6 +105,8 @@ class SessionReporter:
         self.baseline = baseline
         #: The roofs of the devices the tests' DUT GEMMs ran on (read where they ran).
         self.roofs = dict(roofs or {})
+        #: The host GEMM kernels the ASIC backend chose by timing, by shape.
+        self.kernel_choices = dict(kernel_choices or {})
         self.comparison: Comparison | None = None
         self.command = update_command(config, settings)
         self.lines: list[tuple[str, str | None]] = []
@@ -246,6 +249,7 @@ class SessionReporter:
             host_passes=host_passes,
             complete=self.complete,
             roofs=self.roofs,
+            kernel_choices=self.kernel_choices,
             models=model_notes(self.config),
             families=model_families(self.config),
         )

@@ -32,7 +32,8 @@ from typing import Any
 from pytest_nobreak.gate.atomic import write_atomic
 from pytest_nobreak.gate.baseline import Comparison
 from pytest_nobreak.report.html_details import Row, attr, details, outcome_class, text
-from pytest_nobreak.report.json_report import ROOFS_KEY, TestRecord
+from pytest_nobreak.report.json_report import CHOICES_KEY, ROOFS_KEY, TestRecord
+from pytest_nobreak.report.kernel_choices import shown
 from pytest_nobreak.report.roofline import Point, Roof, render_svg
 from pytest_nobreak.watch.events import (
     CORE_FIGURES,
@@ -164,6 +165,8 @@ def _header(
         facts.append(("host GEMM", str(document["host_gemm"])))
     if document.get("host_passes"):
         facts.append(("host passes", str(document["host_passes"])))
+    if document.get(CHOICES_KEY):
+        facts.append(("host GEMM by timing", shown(document[CHOICES_KEY])))
     facts.append(("baseline", baseline or "none"))
     counts = [f"{len(rows)} watched tests"]
     counts += [f"{n} {outcome}" for outcome, n in sorted(outcomes.items())]

@@ -63,6 +63,9 @@ ROOFS_KEY = "roofs"
 MODELS_KEY = "models"
 #: The report's section of each ``--nobreak-model`` model's family (LLM, vision, ...), by SPEC.
 FAMILIES_KEY = "families"
+#: The report's section of the host GEMM kernel the ASIC backend kept by timing, by shape
+#: (``"1×2048×6144 1T linear": "int16"``: :mod:`pytest_nobreak.report.kernel_choices`).
+CHOICES_KEY = "host_gemm_choices"
 
 VERSION = 1
 
@@ -194,6 +197,7 @@ def build_report(
     host_passes: str | None = None,
     complete: Iterable[str] | None = None,
     roofs: Mapping[str, Mapping[str, Any]] | None = None,
+    kernel_choices: Mapping[str, str] | None = None,
     models: Mapping[str, Mapping[str, Any]] | None = None,
     families: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
@@ -207,7 +211,9 @@ def build_report(
     ``complete`` (it broke off half-way, so its figures are partial) gets ``"complete": false``,
     which keeps it out of a baseline made from the report (``python -m pytest_nobreak merge``).
     ``roofs`` are the roofs (peak ops/s, DRAM bandwidth) of the devices the tests' GEMMs ran
-    on, by device key, for the roofline of the HTML report; ``models`` the skip or failure
+    on, by device key, for the roofline of the HTML report; ``kernel_choices`` the host GEMM
+    kernel the ASIC backend kept by timing, by shape
+    (:func:`pytest_nobreak.report.kernel_choices.united`); ``models`` the skip or failure
     reason of each ``--nobreak-model`` check that did not pass, and whether its compiled calls
     had all run (``{"reason": ..., "finished": ...}``, and ``"built": false`` for a named model
     that could not be built, so failed), by nodeid, for the model-zoo table; ``families`` the
@@ -235,6 +241,8 @@ def build_report(
         report["host_passes"] = host_passes
     if roofs:
         report[ROOFS_KEY] = {key: dict(value) for key, value in roofs.items()}
+    if kernel_choices:
+        report[CHOICES_KEY] = dict(sorted(kernel_choices.items()))
     if models:
         report[MODELS_KEY] = {key: dict(note) for key, note in sorted(models.items())}
     if families:
@@ -259,9 +267,10 @@ def merge_report(existing: Mapping[str, Any] | None, report: Mapping[str, Any]) 
     return {**report, "tests": tests, **merge_sections(existing, report)}
 
 
-#: The report's sections keyed like ``tests`` (by device key, by nodeid, by SPEC) that merging
-#: several reports unites: the devices' roofs, the model checks' reasons, the models' families.
-KEYED_SECTIONS = (ROOFS_KEY, MODELS_KEY, FAMILIES_KEY)
+#: The report's sections keyed like ``tests`` (by device key, by nodeid, by SPEC, by shape) that
+#: merging several reports unites: the devices' roofs, the model checks' reasons, the models'
+#: families, the host GEMM kernels chosen by timing (a later report's wins a shape both timed).
+KEYED_SECTIONS = (ROOFS_KEY, MODELS_KEY, FAMILIES_KEY, CHOICES_KEY)
 
 
 def merge_sections(*documents: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -348,6 +357,11 @@ def _section_problem(document: Mapping[str, Any]) -> str | None:
         isinstance(family, str) for family in families.values()
     ):
         return f'"{FAMILIES_KEY}" must be an object of family names by SPEC'
+    choices = document.get(CHOICES_KEY, {})
+    if not isinstance(choices, dict) or not all(
+        isinstance(kernel, str) for kernel in choices.values()
+    ):
+        return f'"{CHOICES_KEY}" must be an object of host GEMM kernels by shape'
     return None
 
 

@@ -1,0 +1,59 @@
+"""The host GEMM kernels the ASIC backend chose by timing, shape by shape, for the run's summary
+and its JSON and HTML reports.
+
+At one to four rows by a kept weight, where ``auto`` takes ``int_mm``, the backend times
+``int16`` against it on each shape's first weight and keeps the faster
+(:mod:`asic_backend.sim.kernel_choice`). The header can only state that rule, before any test
+runs; the summary and the reports say what each process kept. Each xdist worker ships its own
+(a choice is per process), and the controller shows them together, naming both kernels where
+workers differed. Nothing here imports torch: a process that never loaded the backend has no
+choices.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+_MODULE = "asic_backend.sim.kernel_choice"
+
+#: A choice as a process ships it: rows, K, N, threads, path, kernel.
+Choice = tuple[int, int, int, int, str, str]
+
+
+def local_choices() -> list[Choice]:
+    """This process's choices, or none where the backend's trials never loaded."""
+    module = sys.modules.get(_MODULE)
+    if module is None:
+        return []
+    return [(*key, kernel) for key, kernel in module.choices().items()]
+
+
+def united(choices: Iterable[Sequence[Any]]) -> dict[str, str]:
+    """The kernels kept, by shape (``rows×K×N``, threads, path), sorted, as the JSON report's
+    ``host_gemm_choices`` holds them; both kernels where processes differed:
+
+    >>> united([(1, 64, 48, 2, "linear", "int16"), (1, 64, 48, 2, "linear", "int_mm")])
+    {'1×64×48 2T linear': 'int16 or int_mm (by worker)'}
+    """
+    kept: dict[tuple[int, int, int, int, str], set[str]] = {}
+    for rows, k, n, threads, path, kernel in choices:
+        kept.setdefault((int(rows), int(k), int(n), int(threads), str(path)), set()).add(kernel)
+    return {
+        f"{rows}×{k}×{n} {threads}T {path}": " or ".join(sorted(kernels))
+        + (" (by worker)" if len(kernels) > 1 else "")
+        for (rows, k, n, threads, path), kernels in sorted(kept.items())
+    }
+
+
+def shown(choices: Mapping[str, str]) -> str:
+    """:func:`united`'s mapping in one line: ``1×2048×6144 1T linear int16; ...``."""
+    return "; ".join(f"{shape} {kernel}" for shape, kernel in choices.items())
+
+
+def summary_line(choices: Mapping[str, str]) -> str | None:
+    """The terminal summary's line of :func:`united`'s mapping, or None where no trial decided."""
+    if not choices:
+        return None
+    return f"nobreak: host GEMM by timing (rows×K×N, threads, path): {shown(choices)}"
