@@ -437,16 +437,19 @@ class Zygote:
             cause = None
         if reply is None:
             connection.close()
-            self.close()
             with open(self.log, errors="replace") as fh:
                 said = fh.read()[-2000:]
+            self.close()
             raise ZygoteError(f"the zygote did not answer ({cause!r}); its log:\n{said}")
         connection.settimeout(None)
         return ForkedProcess(connection, int(reply["pid"]))
 
     def close(self) -> None:
+        """Stop the zygote and remove its directory (its log with it): an xdist worker ends
+        without running the directory's own finalizer, which left one behind a zygote."""
         self._process.kill()
         self._process.wait()
+        self._directory.cleanup()
 
 
 class ZygoteError(RuntimeError):
