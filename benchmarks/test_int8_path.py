@@ -342,26 +342,25 @@ def test_interleaved(benchmark: Any, layer: Layer, request: pytest.FixtureReques
         with torch.no_grad():
             assert_close(peer(x), fp32())
         fns["torchao"] = functools.partial(peer, x)
-    variants_int_mm: dict[str, Callable[[torch.Tensor], Any]] = {}
-    if not benchmark.disabled and any(host_gemm.int_mm_tiles(m, n) for m, _, n in layer.gemms):
-        # The tiles' gain, measured in the same rounds as the rest: the DUT with its GEMMs in
-        # one call each, as before them.
-        variants_int_mm["dut_whole"] = functools.partial(_untiled, make_dut())
-    for name in timed_kernels(benchmark.disabled):
+    # Per kernel, its DUT variants: under int_mm, where the DUT runs a GEMM in tiles, also the
+    # DUT with its GEMMs in one call each, as before them (the tiles' gain, in the same rounds).
+    per_kernel = {name: dict(variants) for name in timed_kernels(benchmark.disabled)}
+    tiled = any(host_gemm.int_mm_tiles(m, n) for m, _, n in layer.gemms)
+    if tiled and "int_mm" in per_kernel and not benchmark.disabled:
+        per_kernel["int_mm"]["dut_whole"] = functools.partial(_untiled, make_dut())
+    for name, kernel_variants in per_kernel.items():
         # The kernel alone on int8 operands, as the DUT calls it (weights static, so a float
         # kernel keeps their float copy), then the DUT with that kernel.
         fns[f"gemm@{name}"] = forced_kernel(
             name, lambda: [host_gemm.mm_i32(a, w, w_static=True) for a, w in operands]
         )
-        for variant, fn in {**variants, **(variants_int_mm if name == "int_mm" else {})}.items():
+        for variant, fn in kernel_variants.items():
             fns[f"{variant}@{name}"] = forced_kernel(name, functools.partial(fn, x))
     with torch.no_grad():
         ref = fp32()
-        for name in timed_kernels(benchmark.disabled):
-            for fn in variants.values():
+        for name, kernel_variants in per_kernel.items():
+            for fn in kernel_variants.values():
                 assert_close(forced_kernel(name, functools.partial(fn, x))(), ref)
-        for fn in variants_int_mm.values():
-            assert_close(forced_kernel("int_mm", functools.partial(fn, x))(), ref)
         rounds = 1 if benchmark.disabled else layer.rounds
         best: dict[str, float] = {}
         benchmark.pedantic(lambda: best.update(best_interleaved(fns, rounds)), rounds=1)

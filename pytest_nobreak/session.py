@@ -17,6 +17,7 @@ the run (terminal summary, JSON, JUnit, GitHub), and fail the run only if asked 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 from collections.abc import Generator, Sequence
@@ -396,7 +397,7 @@ class NobreakSession:
             self.baseline,
             complete=self.complete,
             roofs=self.roofs,
-            kernel_choices=self._kernel_choices(),
+            kernel_choices=self._kernel_choices,
         )
         status = self.reporter.finish()
         # Keep a worse status pytest already has (failed tests 1, interrupted 2, ...).
@@ -421,12 +422,14 @@ class NobreakSession:
             terminalreporter.write_line(f"ERROR: {message}", red=True, bold=True)
         if self.reporter is not None:
             self.reporter.terminal_summary(terminalreporter)
-        line = summary_line(self._kernel_choices())
+        line = summary_line(self._kernel_choices)
         if line is not None:
             terminalreporter.write_line(line)
 
+    @functools.cached_property
     def _kernel_choices(self) -> dict[str, str]:
-        """The host GEMM kernels chosen by timing: the workers' and this process's own."""
+        """The host GEMM kernels chosen by timing: the workers' and this process's own, united
+        once, at the session's end (the reports, then the summary line)."""
         return united([*self.kernel_choices, *local_choices()])
 
 
