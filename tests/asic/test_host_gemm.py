@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import threading
 import weakref
 from collections.abc import Iterator
 
@@ -13,7 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asic_backend.sim import conv, host, host_gemm, int16_gemm, numerics
+from asic_backend.sim import conv, host, host_gemm, host_passes, int16_gemm, numerics
 from asic_backend.sim.conv import ConvGeometry, conv_i32
 from tests import gc_freeze
 from tests.asic import golden
@@ -782,3 +783,29 @@ def test_the_smaller_operands_sums_decide_first_without_reading_the_larger(
     assert norms == []
     assert not host_gemm.one_gemm_is_exact(worst[1], worst[1])
     assert norms == [(1, 1025), (1, 1025)]
+
+
+def test_untiled_holds_in_every_thread_while_its_block_runs() -> None:
+    """``host_gemm.untiled()``, entered in one thread, keeps another's wide linear in one call
+    while the block runs, and only then (its docstring: process-wide, like ``forced``)."""
+    operand = host_gemm.StaticOperand(
+        "int_mm", torch.zeros(16, host_gemm.INT_MM_TILE_MIN_COLUMNS, dtype=torch.int8)
+    )
+    rows = host_gemm.INT_MM_TILE_MIN_ROWS
+    inside, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with host_gemm.untiled():
+            inside.set()
+            done.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert inside.wait(30)
+        assert host_gemm.native_linear_gemm(operand, rows, lambda: None) is None
+    finally:
+        done.set()
+        thread.join()
+    tiled = host_gemm.native_linear_gemm(operand, rows, lambda: None)
+    assert isinstance(tiled, host_passes.TiledGemm)

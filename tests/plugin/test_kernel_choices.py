@@ -5,6 +5,8 @@ in a serial run and from each xdist worker; merged reports unite them."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -124,3 +126,15 @@ def test_a_report_whose_choices_are_not_kernels_by_shape_is_refused(tmp_path: Pa
     path.write_text(json.dumps({"version": 1, "tests": {}, CHOICES_KEY: {"1×8×8 1T gemm": 3}}))
     with pytest.raises(ReportError, match="must be an object of host GEMM kernels by shape"):
         read_report(path)
+
+
+def test_a_process_that_never_loaded_the_trials_has_no_choices_and_imports_no_torch() -> None:
+    """``local_choices`` reads the trials' module only where it is loaded: the plugin's
+    controller, which runs no test under xdist, stays free of torch for it."""
+    code = (
+        "import sys\n"
+        "from pytest_nobreak.report.kernel_choices import local_choices, summary_line, united\n"
+        "print(local_choices(), summary_line(united(local_choices())), 'torch' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.split() == ["[]", "None", "False"]
