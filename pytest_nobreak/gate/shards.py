@@ -14,7 +14,8 @@ tests and baseline).
 Shards of one run hold disjoint tests, so a test in two shards is a conflict unless both
 entries are the same (a shard uploaded twice), and reports of different configurations (torch
 release, simulator version, backend, device) are refused: their figures are not comparable.
-Every problem is one line naming the files, and nothing is written then.
+Every problem is one line naming the files, and nothing is written then. The host GEMM kernels
+the shards' trials kept unite shape by shape, naming every kernel where shards differed.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from pytest_nobreak.gate.baseline import (
 )
 from pytest_nobreak.report.html_report import HtmlReportError, check_html_path, render_html
 from pytest_nobreak.report.json_report import (
+    CHOICES_KEY,
     CONFIGURATION,
     ReportError,
     TestRecord,
@@ -45,6 +47,7 @@ from pytest_nobreak.report.json_report import (
     merge_sections,
     read_input,
 )
+from pytest_nobreak.report.kernel_choices import across_shards
 from pytest_nobreak.watch.events import Figures
 
 __all__ = ["MergeError", "baseline_of", "main", "merge_shards"]
@@ -61,6 +64,7 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
     merged: dict[str, Any] | None = None
     first_path = ""
     owner: dict[str, str] = {}  # nodeid -> the shard it came from
+    choices: list[dict[str, str]] = []  # each shard's host_gemm_choices
     for path in paths:
         shown = os.fspath(path)
         try:
@@ -85,7 +89,10 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
             merged["tests"][nodeid] = entry
             owner.setdefault(nodeid, shown)
         merged.update(merge_sections(merged, document))
+        choices.append(document.get(CHOICES_KEY) or {})
     assert merged is not None
+    if any(choices):  # each shard timed its own shapes: one's choice must not hide another's
+        merged[CHOICES_KEY] = across_shards(choices)
     return merged
 
 

@@ -269,7 +269,8 @@ def merge_report(existing: Mapping[str, Any] | None, report: Mapping[str, Any]) 
 
 #: The report's sections keyed like ``tests`` (by device key, by nodeid, by SPEC, by shape) that
 #: merging several reports unites: the devices' roofs, the model checks' reasons, the models'
-#: families, the host GEMM kernels chosen by timing (a later report's wins a shape both timed).
+#: families, the host GEMM kernels chosen by timing (a later report's wins a shape both timed;
+#: the shards of one run name both: :func:`~pytest_nobreak.report.kernel_choices.across_shards`).
 KEYED_SECTIONS = (ROOFS_KEY, MODELS_KEY, FAMILIES_KEY, CHOICES_KEY)
 
 

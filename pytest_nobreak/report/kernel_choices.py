@@ -6,8 +6,8 @@ At one to four rows by a kept weight, where ``auto`` takes ``int_mm``, the backe
 (:mod:`asic_backend.sim.kernel_choice`). The header can only state that rule, before any test
 runs; the summary and the reports say what each process kept. Each xdist worker ships its own
 (a choice is per process), and the controller shows them together, naming both kernels where
-workers differed. Nothing here imports torch: a process that never loaded the backend has no
-choices.
+workers differed; the shards of a run merge the same way. Nothing here imports torch: a
+process that never loaded the backend has no choices.
 """
 
 from __future__ import annotations
@@ -45,6 +45,32 @@ def united(choices: Iterable[Sequence[Any]]) -> dict[str, str]:
         + (" (by worker)" if len(kernels) > 1 else "")
         for (rows, k, n, threads, path), kernels in sorted(kept.items())
     }
+
+
+def across_shards(sections: Iterable[Mapping[str, str]]) -> dict[str, str]:
+    """The ``host_gemm_choices`` of a run's shards, each a process of its own (or several), as
+    one: a shape's kernel where the shards that timed it agree, else every kernel any of them
+    kept, so that no shard's choice is hidden by another's:
+
+    >>> across_shards([{"1×8×8 1T gemm": "int16"}, {"1×8×8 1T gemm": "int_mm"}])
+    {'1×8×8 1T gemm': 'int16 or int_mm (by shard)'}
+    """
+    kept: dict[str, list[str]] = {}
+    for section in sections:
+        for shape, kernel in section.items():
+            kept.setdefault(shape, []).append(kernel)
+    return {
+        shape: kernels[0]
+        if len(set(kernels)) == 1
+        else " or ".join(sorted({k for kernel in kernels for k in _kernels(kernel)}))
+        + " (by shard)"
+        for shape, kernels in sorted(kept.items())
+    }
+
+
+def _kernels(value: str) -> list[str]:
+    """The kernels a value of :func:`united` names: ``int16 or int_mm (by worker)`` holds two."""
+    return value.split(" (by ")[0].split(" or ")
 
 
 def shown(choices: Mapping[str, str]) -> str:

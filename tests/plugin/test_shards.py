@@ -188,6 +188,30 @@ def test_a_shard_uploaded_twice_is_no_conflict(runs: Path) -> None:
     )
 
 
+def test_shards_whose_trials_kept_different_kernels_name_both(runs: Path) -> None:
+    """Each shard is its own processes, whose trials may keep different kernels for a shape:
+    the merge names both there, whatever the order of the shards, and the page shows it."""
+    for g, choices in {
+        "1": {"1×8×8 1T gemm": "int16", "2×8×8 1T gemm": "int_mm"},
+        "2": {"2×8×8 1T gemm": "int16", "3×8×8 1T linear": "int16 or int_mm (by worker)"},
+    }.items():
+        shard = json.loads((runs / f"s{g}.json").read_text())
+        (runs / f"timed{g}.json").write_text(json.dumps(shard | {"host_gemm_choices": choices}))
+    expected = {
+        "1×8×8 1T gemm": "int16",
+        "2×8×8 1T gemm": "int16 or int_mm (by shard)",
+        "3×8×8 1T linear": "int16 or int_mm (by worker)",
+    }
+    for order in (["timed1.json", "timed2.json"], ["timed2.json", "timed1.json"]):
+        done = merge(runs, "timed.json", *order, "--html", "timed.html")
+        assert done.returncode == 0, done.stderr
+        assert json.loads((runs / "timed.json").read_text())["host_gemm_choices"] == expected
+        assert (
+            "1×8×8 1T gemm int16; 2×8×8 1T gemm int16 or int_mm (by shard); 3×8×8 1T linear"
+            in (runs / "timed.html").read_text()
+        )
+
+
 def test_conflicting_shards_are_refused_and_nothing_is_written(runs: Path) -> None:
     shard = json.loads((runs / "s1.json").read_text())
     nodeid = next(iter(shard["tests"]))
