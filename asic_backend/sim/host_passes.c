@@ -71,6 +71,20 @@ static inline int32_t quantized_int(float x, float recip) {
     return v > 127 ? 127 : v;
 }
 
+/* q[i] = quantized(x[i], recip) for k values, as integers of OUT_T: by quantized_int where
+ * recip is finite, else (a zero scale, eps 0: no bound on x * recip) through the float clamp. */
+#define QUANTIZE_RUN(NAME, OUT_T)                                                              \
+    static inline void NAME(const float *x, int64_t k, float recip, OUT_T *q) {                \
+        if (isfinite(recip)) {                                                                 \
+            for (int64_t i = 0; i < k; i++) q[i] = (OUT_T)quantized_int(x[i], recip);          \
+        } else {                                                                               \
+            for (int64_t i = 0; i < k; i++) q[i] = (OUT_T)(int32_t)quantized(x[i], recip);     \
+        }                                                                                      \
+    }
+
+QUANTIZE_RUN(quantize_i8, int8_t)
+QUANTIZE_RUN(quantize_i16, int16_t)
+
 /* One row: q = quantized(x, 1 / scale). Returns 1, writing nothing, if the row holds inf or
  * NaN. */
 static int quantize_row(const float *x, int64_t k, int8_t *q, float *q_f32, float *scale,
@@ -80,10 +94,8 @@ static int quantize_row(const float *x, int64_t k, int8_t *q, float *q_f32, floa
     if (q_f32) {
         /* The sign too: torch.round keeps -0.0 (-0.25 rounds to -0.0), the trick gives +0. */
         for (int64_t i = 0; i < k; i++) q_f32[i] = copysignf(quantized(x[i], recip), x[i]);
-    } else if (isfinite(recip)) {
-        for (int64_t i = 0; i < k; i++) q[i] = (int8_t)quantized_int(x[i], recip);
-    } else { /* a zero scale (eps 0): no bound on x * recip */
-        for (int64_t i = 0; i < k; i++) q[i] = (int8_t)(int32_t)quantized(x[i], recip);
+    } else {
+        quantize_i8(x, k, recip, q);
     }
     return 0;
 }
@@ -248,12 +260,7 @@ int64_t asic_linear_int16(const float *x, int64_t m, int64_t k, int64_t x_stride
             bad++;
             continue;
         }
-        const float recip = 1.0f / x_scale[r];
-        if (isfinite(recip)) {
-            for (int64_t i = 0; i < k; i++) q[i] = (int16_t)quantized_int(row[i], recip);
-        } else { /* a zero scale (eps 0): no bound on x * recip */
-            for (int64_t i = 0; i < k; i++) q[i] = (int16_t)(int32_t)quantized(row[i], recip);
-        }
+        quantize_i16(row, k, 1.0f / x_scale[r], q);
     }
     if (bad) return bad;
     if (asic_int16_gemm_a16(a16, m, k, packed, n, acc, n, gemm_threads)) return -1;
