@@ -1,6 +1,6 @@
 """What the host has that every host-side module uses: this CPU's flags, which tensors the
-host's own buffers and native loops may touch (:func:`plain`), and those buffers
-(:func:`scratch`), reused by each thread from call to call.
+host's own buffers and native loops may touch (:func:`plain`), those buffers (:func:`scratch`),
+reused by each thread from call to call, and choices forced in a block (:class:`Overrides`).
 
 >>> "avx2" in cpu_flags()                    # an x86 Linux host with AVX2
 True
@@ -10,21 +10,62 @@ torch.Size([2, 3])
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import threading
+from collections.abc import Iterator
 
 import torch
 
 __all__ = [
     "INT16_PACK_SLOT",
     "SCRATCH_OPERAND_MAX_BYTES",
+    "Overrides",
     "cpu_flags",
     "int16_activations",
     "operand",
     "plain",
     "scratch",
 ]
+
+
+class Overrides:
+    """A choice forced for the whole process while a block runs (a host kernel, the host
+    passes), for tests and benchmarks: the latest block still running holds, in every thread.
+    Each block ends its own entry, so blocks that overlap in two threads may end in any order.
+
+    >>> kernel = Overrides()
+    >>> with kernel.held("float32"):
+    ...     kernel.current()
+    'float32'
+    >>> kernel.current() is None
+    True
+    """
+
+    def __init__(self) -> None:
+        self._entries: list[list[str]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._entries)
+
+    def current(self) -> str | None:
+        """The value of the latest block still running, or None."""
+        last = self._entries[-1:]  # one read: another thread may end its block meanwhile
+        return last[0][0] if last else None
+
+    @contextlib.contextmanager
+    def held(self, value: str) -> Iterator[None]:
+        """``value`` in force in the block."""
+        entry = [value]  # its own object: the block removes this entry, not the last one
+        self._entries.append(entry)
+        try:
+            yield
+        finally:
+            for i in range(len(self._entries) - 1, -1, -1):
+                if self._entries[i] is entry:
+                    del self._entries[i]
+                    break
 
 
 @functools.cache

@@ -22,13 +22,14 @@ exactly. Four kernels are exact for every reduction length the int32 fast path t
   host), so only forcing it picks it.
 
 :func:`kernel` picks one: ``$ASIC_HOST_GEMM`` (``int_mm``, ``float32``, ``float64``,
-``int16`` or ``auto``), else ``auto``: ``int_mm`` on a CPU with an int8 dot-product unit, else
+``int16`` or ``auto``), else ``auto``: ``int_mm`` on a CPU with an int8 dot-product unit (where
+``torch._int_mm`` is exact: :func:`int_mm_is_exact`), else
 ``int16`` where it is available (the native library built, with AVX2), else ``float32``. The
 CPU is read once per process; the variable on each use (a dictionary lookup), so a test or a
 benchmark can set it. Under ``int_mm``, a GEMM ``torch._int_mm`` would get wrong (K <
 :data:`INT_MM_MIN_K`, or a host whose int8 kernel saturates) takes ``float32``; under ``auto``'s
 ``int_mm``, a GEMM of 1 to :data:`CHOICE_ROWS` rows by a kept weight takes ``int16`` where a
-short trial on that shape found it faster (:func:`static_choice`).
+short trial on that shape found it faster by a tenth (:func:`static_choice`).
 :func:`mm_i32` and :func:`bmm_i32` are the products every DUT GEMM goes through; the kernels
 keep their copy of a weight (``w_static``: float, or packed) while it is unchanged, since
 making it costs as much as the GEMM.
@@ -53,7 +54,7 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from asic_backend.sim import host_passes, int16_gemm, kernel_choice
-from asic_backend.sim.host import cpu_flags, operand, plain, scratch
+from asic_backend.sim.host import Overrides, cpu_flags, operand, plain, scratch
 from asic_backend.sim.tensor_cache import new_cache, stamp
 
 __all__ = [
@@ -110,22 +111,22 @@ INT_MM_MIN_K = 2
 #: CPU flags of an int8 dot-product unit (Linux ``/proc/cpuinfo`` names).
 _INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 
-_forced: list[str] = []
-#: Depth of :func:`untiled` blocks.
-_untiled: list[None] = []
+_forced = Overrides()
+#: :func:`untiled` blocks.
+_untiled = Overrides()
 
 
 def kernel() -> str:
     """The kernel this process uses (see the module docstring); a bad ``$ASIC_HOST_GEMM`` is
     a ``ValueError`` naming the allowed values, ``int16`` where it did not build a
     ``RuntimeError`` saying why."""
-    if _forced:
-        return _forced[-1]
+    if (forced_name := _forced.current()) is not None:
+        return forced_name
     spec = _kernel_setting()
     # Whether int16 is there is the native library's build, which host_passes.reset() may
     # redo: asked on each use (a cached lookup), never kept here.
     if spec == "auto":
-        if has_int8_unit():
+        if has_int8_unit() and int_mm_is_exact():
             return "int_mm"
         return "int16" if int16_gemm.available() else "float32"
     if spec == "int16":
@@ -162,7 +163,12 @@ def _require_int16(asked: str) -> None:
 def describe() -> str:
     """One line for report headers: the kernel and why it was chosen."""
     name = kernel()
-    return f"{name} ({_reason(name)}){_layout_note(name)}{_choice_note(name)}"
+    inexact = (
+        "; torch._int_mm is not exact on this host: float32 computes every GEMM"
+        if name == "int_mm" and not int_mm_is_exact()
+        else ""
+    )
+    return f"{name} ({_reason(name)}){inexact}{_layout_note(name)}{_choice_note(name)}"
 
 
 def _reason(name: str) -> str:
@@ -172,9 +178,12 @@ def _reason(name: str) -> str:
     if spec != "auto":
         return f"${ENV_VAR}={spec}"
     unit = "an int8 dot-product unit" if has_int8_unit() else "no int8 dot-product unit"
+    reason = f"auto: {unit} on this CPU"
+    if has_int8_unit() and not int_mm_is_exact():
+        reason += ", whose torch._int_mm is not exact"
     if name == "float32":
-        return f"auto: {unit} on this CPU; int16: {int16_gemm.unavailable_reason()}"
-    return f"auto: {unit} on this CPU"
+        reason += f"; int16: {int16_gemm.unavailable_reason()}"
+    return reason
 
 
 def _layout_note(name: str) -> str:
@@ -198,27 +207,34 @@ def _choice_note(name: str) -> str:
 
 @functools.cache
 def has_int8_unit() -> bool:
-    """Whether this CPU has an int8 dot-product unit ``torch._int_mm``'s kernels use."""
-    flags = cpu_flags()
-    if flags:
-        return any(flag in flags for flag in _INT8_FLAGS)
-    # No cpuinfo (not Linux): torch's own reading; AVX-512 there usually comes with VNNI.
-    capability = str(torch.backends.cpu.get_cpu_capability()).upper()
-    return "AVX512" in capability or "AMX" in capability
+    """Whether this CPU has an int8 dot-product unit ``torch._int_mm``'s kernels use: a flag of
+    ``_INT8_FLAGS`` in Linux's ``/proc/cpuinfo``, else in torch's own reading of the CPU. Where
+    neither tells, no: without such a unit ``int_mm`` is 10 to 30 times slower than the exact
+    kernels ``auto`` takes instead, a wrong no costs far less than a wrong yes."""
+    flags = cpu_flags() or _torch_cpu_flags()
+    return any(flag in flags for flag in _INT8_FLAGS)
+
+
+def _torch_cpu_flags() -> tuple[str, ...]:
+    """The CPU's features as torch's cpuinfo reads them, by Linux's names (not Linux)."""
+    read = getattr(torch.cpu, "get_capabilities", None)  # not in every torch this supports
+    if read is not None:
+        return tuple(name for name, value in read().items() if value is True)
+    probes = (("avx512_vnni", "_is_avx512_vnni_supported"), ("amx_int8", "_is_amx_tile_supported"))
+    cpu = torch._C._cpu
+    return tuple(flag for flag, probe in probes if getattr(cpu, probe, lambda: False)())
 
 
 @contextlib.contextmanager
 def forced(name: str) -> Iterator[None]:
-    """Use kernel ``name`` in the block (tests run the numerics under each one)."""
+    """Use kernel ``name`` in the block, in every thread (tests run the numerics under each
+    one): :class:`~asic_backend.sim.host.Overrides`."""
     if name not in KERNELS:
         raise ValueError(f"unknown host GEMM kernel {name!r}; known: {', '.join(KERNELS)}")
     if name == "int16":
         _require_int16("the int16 host GEMM was forced")
-    _forced.append(name)
-    try:
+    with _forced.held(name):
         yield
-    finally:
-        _forced.pop()
 
 
 @contextlib.contextmanager
@@ -227,11 +243,8 @@ def untiled() -> Iterator[None]:
     (:func:`int_mm_tiles`): what a prefill linear ran before, so a benchmark compares the two in
     one run. The same bits either way. Like :func:`forced`, it holds for the whole process
     while the block runs, in every thread."""
-    _untiled.append(None)
-    try:
+    with _untiled.held("untiled"):
         yield
-    finally:
-        _untiled.pop()
 
 
 def mm_i32(
@@ -247,8 +260,9 @@ def mm_i32(
     The caller guarantees ``K <= INT_MM_MAX_K`` (no int32 overflow). ``w_static``: ``w_q`` is a
     long-lived operand (a weight), so a float kernel keeps its float copy while it is unchanged
     (:mod:`asic_backend.sim.tensor_cache`) instead of converting it on every call.
-    ``allow_float32``: where a float32 GEMM computed the result in one slice (every value an
-    integer within 2^24, exactly what int32 → float32 gives), return that float32 tensor, new
+    ``allow_float32`` (with ``w_static``): where a float32 GEMM computed the result in one
+    slice (every value an integer within 2^24, exactly what int32 → float32 gives), return that
+    float32 tensor, new
     (``out`` unused), for a caller that rescales it in float32: the round trip through int32
     would cost two passes and change no value.
     """
@@ -399,9 +413,10 @@ def static_choice(
 
     ``name``, except where ``auto`` took ``int_mm`` and ``int16`` is built, at 1 to
     :data:`CHOICE_ROWS` rows, for plain operands and a weight with a version (no inference
-    tensor, whose ``int16`` packing could not be kept): there, the kernel a trial found faster
-    for these rows, K, N, threads and ``path`` (:mod:`asic_backend.sim.kernel_choice`: the
-    ``linear`` path times a whole native linear, ``gemm`` the GEMM alone)."""
+    tensor, whose ``int16`` packing could not be kept): there, the kernel a trial kept
+    (``int16`` only where it was faster by a tenth) for these rows, K, N, threads and ``path``
+    (:mod:`asic_backend.sim.kernel_choice`: the ``linear`` path times a whole native linear,
+    ``gemm`` the GEMM alone)."""
     if (
         name != "int_mm"
         or type(rows) is not int  # a traced call's symbolic rows: no guard on them
@@ -806,7 +821,8 @@ def int_mm_is_exact() -> bool:
     """Whether ``torch._int_mm`` computes worst-case int8 products exactly on this host.
 
     Some x86 int8 kernels go through u8·s8 pairs summed in int16 (vpmaddubsw) and saturate there;
-    on such a host the ``int_mm`` kernel hands every GEMM to ``float32``, with a warning.
+    on such a host ``auto`` takes another kernel, and a forced ``int_mm`` hands every GEMM to
+    ``float32``, with a warning; the header says so (:func:`describe`).
     """
     k = 64
     vals = torch.tensor([-128, 127, -1, 1], dtype=torch.int8)
@@ -820,7 +836,7 @@ def int_mm_is_exact() -> bool:
     if not exact:
         warnings.warn(
             "asic: torch._int_mm is not exact on this host; the simulator computes its int8 "
-            "GEMMs in float32 instead (correct, slower)",
+            "GEMMs on another exact kernel (correct, slower; the report header names it)",
             RuntimeWarning,
             stacklevel=3,
         )

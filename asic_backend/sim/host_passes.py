@@ -53,7 +53,7 @@ from typing import Any, NamedTuple
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from asic_backend.sim.host import cpu_flags, int16_activations, plain, scratch
+from asic_backend.sim.host import Overrides, cpu_flags, int16_activations, plain, scratch
 
 __all__ = [
     "DEPTHWISE_MAX_TAPS",
@@ -109,7 +109,7 @@ _OPTIONAL_FLAGS = (
 _SOURCES = ("host_passes.c", "int16_gemm.c")
 _BUILD_TIMEOUT_S = 120
 
-_forced: list[str] = []
+_forced = Overrides()
 
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
@@ -141,9 +141,9 @@ def mode() -> str:
     """``"native"`` or ``"aten"``: what this process uses (see the module docstring). A bad
     ``$ASIC_HOST_PASSES`` is a ``ValueError`` naming the allowed values; ``native`` that does
     not build is a ``RuntimeError`` with the compiler's message."""
-    if _forced:
-        return _forced[-1]
-    return _configured()
+    if (forced_name := _forced.current()) is not None:
+        return forced_name
+    return _configured()[1]
 
 
 def describe() -> str:
@@ -151,7 +151,7 @@ def describe() -> str:
     name = mode()
     if _forced:
         return f"{name} (forced)"
-    spec = _spec()
+    spec = _configured()[0]  # the reading mode() keeps, not the variable as it is now
     if spec != "auto":
         return f"{name} (${ENV_VAR}={spec})"
     return f"{name} (auto: {_build().detail})"
@@ -178,16 +178,14 @@ def reset() -> None:
 
 @contextlib.contextmanager
 def forced(name: str) -> Iterator[None]:
-    """Use ``name``'s passes in the block (tests compare the two)."""
+    """Use ``name``'s passes in the block, in every thread (tests compare the two):
+    :class:`~asic_backend.sim.host.Overrides`."""
     if name not in MODES:
         raise ValueError(f"unknown host passes {name!r}; known: {', '.join(MODES)}")
     if name == "native":
         _require_native()
-    _forced.append(name)
-    try:
+    with _forced.held(name):
         yield
-    finally:
-        _forced.pop()
 
 
 def quantize_sym(
@@ -668,15 +666,16 @@ def _spec() -> str:
 
 
 @functools.cache
-def _configured() -> str:
+def _configured() -> tuple[str, str]:
+    """``$ASIC_HOST_PASSES`` as read, and the passes it gives."""
     spec = _spec()
     if spec == "auto":
-        return "native" if _build().native is not None else "aten"
+        return spec, "native" if _build().native is not None else "aten"
     if spec not in MODES:
         raise ValueError(f"${ENV_VAR}={spec!r} is not one of {', '.join((*MODES, 'auto'))}")
     if spec == "native":
         _require_native()
-    return spec
+    return spec, spec
 
 
 def _require_native() -> None:

@@ -14,8 +14,10 @@ tests and baseline).
 Shards of one run hold disjoint tests, so a test in two shards is a conflict unless both
 entries are the same (a shard uploaded twice), and reports of different configurations (torch
 release, simulator version, backend, device) are refused: their figures are not comparable.
-Every problem is one line naming the files, and nothing is written then. The host GEMM kernels
-the shards' trials kept unite shape by shape, naming every kernel where shards differed.
+Every problem is one line naming the files, and nothing is written then. Shards may have run on
+hosts that computed otherwise (same figures, another speed): the merged header names each
+shard's host GEMM kernel and host passes where they differ, and the kernels the shards' trials
+kept unite shape by shape, naming every kernel where shards differed.
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ from pytest_nobreak.watch.events import Figures
 __all__ = ["MergeError", "baseline_of", "main", "merge_shards"]
 
 
+#: The header's fields that name how a shard's host computed (its speed, not its figures).
+HOST_FIELDS = ("host_gemm", "host_passes")
+
+
 class MergeError(Exception):
     """The shard reports cannot be merged. ``str()`` is one line."""
 
@@ -65,6 +71,7 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
     first_path = ""
     owner: dict[str, str] = {}  # nodeid -> the shard it came from
     choices: list[dict[str, str]] = []  # each shard's host_gemm_choices
+    hosts: dict[str, list[str]] = {field: [] for field in HOST_FIELDS}  # each shard's, in order
     for path in paths:
         shown = os.fspath(path)
         try:
@@ -90,9 +97,17 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
             owner.setdefault(nodeid, shown)
         merged.update(merge_sections(merged, document))
         choices.append(document.get(CHOICES_KEY) or {})
+        for field, seen in hosts.items():
+            if field in document and document[field] not in seen:
+                seen.append(document[field])
     assert merged is not None
-    if any(choices):  # each shard timed its own shapes: one's choice must not hide another's
+    # Each shard is its own processes, maybe on another machine: the host kernels and the
+    # choices of one must not hide another's.
+    if any(choices):
         merged[CHOICES_KEY] = across_shards(choices)
+    for field, seen in hosts.items():
+        if len(seen) > 1:
+            merged[field] = "by shard: " + " | ".join(seen)
     return merged
 
 

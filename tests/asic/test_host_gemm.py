@@ -90,7 +90,8 @@ def test_the_kernel_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
         assert host_gemm.kernel() == name
     monkeypatch.setenv(host_gemm.ENV_VAR, "auto")
     without = "int16" if int16_gemm.available() else "float32"
-    assert host_gemm.kernel() == ("int_mm" if host_gemm.has_int8_unit() else without)
+    with_unit = host_gemm.has_int8_unit() and host_gemm.int_mm_is_exact()
+    assert host_gemm.kernel() == ("int_mm" if with_unit else without)
     monkeypatch.setenv(host_gemm.ENV_VAR, "fast")
     with pytest.raises(ValueError, match=r"\$ASIC_HOST_GEMM='fast' is not one of int_mm, "):
         host_gemm.kernel()
@@ -99,6 +100,75 @@ def test_the_kernel_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
         host_gemm.forced("fast"),
     ):
         pass
+
+
+@pytest.mark.parametrize(
+    ("flags", "torch_reads", "unit"),
+    [
+        (("avx2", "avx512f", "avx512bw"), {"avx512_vnni": True}, False),  # Linux's flags decide
+        (("avx2", "avx_vnni"), {}, True),
+        (("avx512f", "avx512_vnni"), {}, True),
+        (("amx_tile", "amx_int8"), {}, True),
+        # Not Linux: torch's reading of the CPU; AVX-512 without VNNI is no int8 unit.
+        ((), {"avx512_f": True, "avx512_vnni": False, "cpu_name": "Xeon"}, False),
+        ((), {"avx2": True, "avx_vnni": True}, True),
+        ((), {}, False),
+    ],
+)
+def test_an_int8_unit_is_a_vnni_or_amx_flag_of_the_cpu(
+    monkeypatch: pytest.MonkeyPatch,
+    flags: tuple[str, ...],
+    torch_reads: dict[str, object],
+    unit: bool,
+) -> None:
+    monkeypatch.setattr(host_gemm, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: torch_reads, raising=False)
+    assert host_gemm.has_int8_unit.__wrapped__() is unit
+
+
+@pytest.mark.parametrize("vnni", [True, False])
+def test_a_torch_without_get_capabilities_is_asked_for_vnni_and_amx(
+    monkeypatch: pytest.MonkeyPatch, vnni: bool
+) -> None:
+    monkeypatch.setattr(host_gemm, "cpu_flags", lambda: ())
+    monkeypatch.delattr(torch.cpu, "get_capabilities", raising=False)
+    monkeypatch.setattr(torch._C._cpu, "_is_avx512_vnni_supported", lambda: vnni, raising=False)
+    monkeypatch.setattr(torch._C._cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    assert host_gemm.has_int8_unit.__wrapped__() is vnni
+
+
+def test_a_host_whose_int_mm_is_not_exact_never_runs_it_and_says_which_kernel_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``auto`` takes another kernel there, and ``int_mm`` forced hands each GEMM to
+    ``float32``: the header names the kernel that computes, the products stay exact."""
+    monkeypatch.setattr(host_gemm, "has_int8_unit", lambda: True)
+    monkeypatch.setattr(host_gemm, "int_mm_is_exact", lambda: False)
+    int_mm_calls: list[None] = []
+    real_int_mm = torch._int_mm
+    monkeypatch.setattr(
+        torch, "_int_mm", lambda *a, **k: int_mm_calls.append(None) or real_int_mm(*a, **k)
+    )
+    gen = torch.Generator().manual_seed(2)
+    a = torch.randint(-128, 128, (9, 300), dtype=torch.int8, generator=gen)
+    w = torch.randint(-128, 128, (70, 300), dtype=torch.int8, generator=gen)
+    expected = a.long() @ w.long().t()
+    without = "int16" if int16_gemm.available() else "float32"
+    monkeypatch.setenv(host_gemm.ENV_VAR, "auto")
+    assert host_gemm.kernel() == without
+    assert host_gemm.describe().startswith(
+        f"{without} (auto: an int8 dot-product unit on this CPU, whose torch._int_mm is not exact"
+    )
+    assert torch.equal(numerics.linear_i32(a, w).long(), expected)
+    monkeypatch.setenv(host_gemm.ENV_VAR, "int_mm")
+    assert host_gemm.kernel_for(300) == "float32"
+    assert host_gemm.describe() == (
+        "int_mm ($ASIC_HOST_GEMM=int_mm); torch._int_mm is not exact on this host: float32"
+        " computes every GEMM"
+    )
+    assert torch.equal(numerics.linear_i32(a, w).long(), expected)
+    assert torch.equal(numerics.bmm_i32(a[None], w[None]).long()[0], expected)
+    assert int_mm_calls == []
 
 
 @KERNELS
@@ -809,3 +879,29 @@ def test_untiled_holds_in_every_thread_while_its_block_runs() -> None:
         thread.join()
     tiled = host_gemm.native_linear_gemm(operand, rows, lambda: None)
     assert isinstance(tiled, host_passes.TiledGemm)
+
+
+@pytest.mark.parametrize("module", [host_gemm, host_passes], ids=lambda m: m.__name__)
+def test_forced_blocks_of_two_threads_may_end_in_either_order(module: object) -> None:
+    """Each block ends its own entry: a thread whose block outlives another's keeps its own
+    choice, and the process's comes back when both ended."""
+    first, second = ("float32", "float64") if module is host_gemm else ("aten", "native")
+    chosen = host_gemm.kernel if module is host_gemm else host_passes.mode
+    before = chosen()
+    entered, left, seen = threading.Event(), threading.Event(), []
+
+    def later_block() -> None:
+        with module.forced(second):  # type: ignore[attr-defined]
+            entered.set()
+            assert left.wait(30)
+            seen.append(chosen())
+
+    thread = threading.Thread(target=later_block)
+    with module.forced(first):  # type: ignore[attr-defined]
+        thread.start()
+        assert entered.wait(30)
+        seen.append(chosen())
+    left.set()
+    thread.join()
+    assert seen == [second, second]
+    assert chosen() == before

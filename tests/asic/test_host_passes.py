@@ -12,6 +12,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -896,6 +897,68 @@ def test_a_compiler_that_fails_reads_as_the_reason(
         RuntimeError, match=r"^asic: the native host passes are not available: the build failed: "
     ):
         host_passes.mode()
+
+
+def test_a_build_that_fails_its_self_check_gives_way_to_the_next_flags(
+    fresh_choice: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build that rounds otherwise than torch is never used: the next set of flags is built
+    and checked (here every set with OpenMP fails, so ``-march=native`` alone is used)."""
+    real = host_passes._check_rows
+
+    def check(native: Any) -> str | None:
+        return "int8 [0], scale 2.0" if "-fopenmp" in native.built_with else real(native)
+
+    monkeypatch.setattr(host_passes, "_check_rows", check)
+    assert host_passes.mode() == "native"
+    assert host_passes.describe().startswith("native (auto: built with ")
+    assert host_passes.describe().endswith(" -fPIC -shared -march=native)")
+    assert len(list(fresh_choice.glob("host_passes-*.so"))) == 4
+
+
+def test_where_no_build_passes_its_self_check_the_aten_passes_run_and_say_why(
+    fresh_choice: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(host_passes, "_OPTIONAL_FLAGS", ((),))
+    monkeypatch.setattr(host_passes, "_check_rows", lambda native: "int8 [0], scale 2.0")
+    assert host_passes.mode() == "aten"
+    assert host_passes.describe().startswith("aten (auto: the build failed: ")
+    assert host_passes.describe().endswith(": its self-check failed (int8 [0], scale 2.0))")
+    assert not int16_gemm.available()
+    assert host_passes.quantize_sym(torch.randn(2, 8), F32_EPS) is None
+    monkeypatch.setenv(host_passes.ENV_VAR, "native")
+    host_passes.reset()
+    with pytest.raises(RuntimeError, match="its self-check failed"):
+        host_passes.mode()
+
+
+def test_the_choice_is_read_once_and_the_header_names_that_reading(
+    fresh_choice: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(host_passes.ENV_VAR, "aten")
+    assert host_passes.mode() == "aten"
+    monkeypatch.setenv(host_passes.ENV_VAR, "native")  # too late: read at the first pass
+    assert host_passes.mode() == "aten"
+    assert host_passes.describe() == "aten ($ASIC_HOST_PASSES=aten)"
+    host_passes.reset()
+    assert host_passes.mode() == "native"
+    assert host_passes.describe() == "native ($ASIC_HOST_PASSES=native)"
+
+
+def test_a_build_is_kept_per_source_compiler_flags_and_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache shared among machines must not hand one CPU's -march=native code to another."""
+    sources, compiler, flags = {"a.c": b"int x;"}, ["/usr/bin/cc"], ("-O3", "-march=native")
+    monkeypatch.setattr(host_passes, "cpu_flags", lambda: ("avx2", "fma"))
+    key = host_passes._key(sources, compiler, flags)
+    assert host_passes._key(dict(sources), list(compiler), tuple(flags)) == key
+    others = [
+        host_passes._key({"a.c": b"int y;"}, compiler, flags),
+        host_passes._key(sources, ["/usr/bin/clang"], flags),
+        host_passes._key(sources, compiler, ("-O3",)),
+    ]
+    monkeypatch.setattr(host_passes, "cpu_flags", lambda: ("avx2", "fma", "avx512f"))
+    others.append(host_passes._key(sources, compiler, flags))
+    assert len({key, *others}) == 5
 
 
 def test_a_bad_choice_is_one_line_naming_the_good_ones(

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from asic_backend import make_backend
+from asic_backend.sim import host_gemm, numerics
 from asic_backend.sim.device import Device
 
 from .models import assert_close_to_fp32
@@ -254,7 +255,7 @@ def attend_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-@pytest.mark.parametrize("kernel", ["int_mm", "float32"])
+@pytest.mark.parametrize("kernel", host_gemm.available_kernels())
 @pytest.mark.parametrize("case", list(CHUNK_CASES))
 def test_large_scores_go_by_chunks_of_heads_with_the_same_values_and_counts(
     monkeypatch: pytest.MonkeyPatch,
@@ -266,7 +267,6 @@ def test_large_scores_go_by_chunks_of_heads_with_the_same_values_and_counts(
     """Every step is per head, so chunks give the bits, the dtype, the layout and the device
     figures of one pass."""
     import asic_backend.ops.attention as attention
-    from asic_backend.sim import host_gemm, numerics
 
     args = CHUNK_CASES[case]()
     q = args[0]

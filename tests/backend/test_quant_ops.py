@@ -465,8 +465,19 @@ def test_a_prefill_linear_by_int_mm_runs_in_tiles_with_the_general_paths_bits_an
     wide: the general path's bits, and one GEMM counted, as before; ``untiled()``'s too."""
     monkeypatch.setenv(host_gemm.LAYOUT_ENV_VAR, layout)
     tiles: list[int] = []
+    spans: dict[tuple[int, int], list[int]] = {}  # each tile's rows, by its columns
     real = host_passes._linear_tiled
-    monkeypatch.setattr(host_passes, "_linear_tiled", lambda *a: tiles.append(rows) or real(*a))
+
+    def spy(native: Any, q: torch.Tensor, x_scale: torch.Tensor, gemm: Any, *rest: Any) -> Any:
+        tiles.append(rows)
+
+        def tile(block: torch.Tensor, j0: int, j1: int) -> torch.Tensor:
+            spans.setdefault((j0, j1), []).append(block.shape[0])
+            return gemm.tile(block, j0, j1)
+
+        return real(native, q, x_scale, gemm._replace(tile=tile), *rest)
+
+    monkeypatch.setattr(host_passes, "_linear_tiled", spy)
     g = torch.Generator().manual_seed(rows + n)
     x = torch.randn(rows, 24, generator=g) * torch.rand(rows, 1, generator=g) * 5
     w = torch.randn((24, n) if transposed else (n, 24), generator=g)
@@ -481,6 +492,13 @@ def test_a_prefill_linear_by_int_mm_runs_in_tiles_with_the_general_paths_bits_an
             whole = ops.dyn_linear(*args, device.key)
     (y, counts), (general, general_counts) = results
     assert tiles == ([rows] if tiled else [])  # host_gemm.untiled() took no tiles
+    if tiled:  # at most INT_MM_TILE square, covering the output once
+        columns = sorted(spans)
+        assert [j0 for j0, _ in columns] == [0, *(j1 for _, j1 in columns[:-1])]
+        assert columns[-1][1] == n
+        assert all(j1 - j0 <= host_gemm.INT_MM_TILE for j0, j1 in columns)
+        assert all(sum(blocks) == rows for blocks in spans.values())
+        assert all(block <= host_gemm.INT_MM_TILE for blocks in spans.values() for block in blocks)
     assert torch.equal(y, general)
     assert torch.equal(whole, general)
     assert counts == general_counts
@@ -644,7 +662,7 @@ def _matmul_reference(a: torch.Tensor, b: torch.Tensor, alpha: float = 1.0) -> t
     return (acc.float() * (sa * alpha).reshape(batch, m, 1)) * sb.reshape(batch, 1, n)
 
 
-@pytest.mark.parametrize("kernel", ["int_mm", "float32"])
+@pytest.mark.parametrize("kernel", host_gemm.available_kernels())
 @pytest.mark.parametrize(
     "shape",
     [(2, 5, 16, 7), (4, 128, 32, 128)],  # below and above numerics.CAST_FIRST_MIN_NUMEL
@@ -653,8 +671,6 @@ def _matmul_reference(a: torch.Tensor, b: torch.Tensor, alpha: float = 1.0) -> t
 def test_dyn_matmul_and_sdpa_scores_are_their_formula(
     device: Device, kernel: str, shape: tuple[int, int, int, int]
 ) -> None:
-    from asic_backend.sim import host_gemm
-
     batch, m, k, n = shape
     gen = torch.Generator().manual_seed(0)
     a, b = torch.randn(batch, m, k, generator=gen), torch.randn(batch, k, n, generator=gen)
@@ -664,13 +680,11 @@ def test_dyn_matmul_and_sdpa_scores_are_their_formula(
     assert torch.equal(scores, _matmul_reference(a, b, alpha=0.125))
 
 
-@pytest.mark.parametrize("kernel", ["int_mm", "float32"])
+@pytest.mark.parametrize("kernel", host_gemm.available_kernels())
 @pytest.mark.parametrize("mask", ["none", "causal", "bool"])
 def test_dyn_sdpa_is_its_formula(device: Device, kernel: str, mask: str) -> None:
     """Both GEMMs as dyn_matmul computes them, the softmax between in float32 (the scores and
     probabilities are the op's own temporaries, worked on in place above 64K entries)."""
-    from asic_backend.sim import host_gemm
-
     heads, length, dim = 4, 160, 32  # 4·160·160 scores: above numerics.CAST_FIRST_MIN_NUMEL
     gen = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(1, heads, length, dim, generator=gen) for _ in range(3))

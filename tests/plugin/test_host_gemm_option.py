@@ -56,14 +56,17 @@ def test_the_header_names_a_forced_weight_layout(
 ) -> None:
     monkeypatch.setenv("ASIC_HOST_GEMM", "int_mm")
     monkeypatch.setenv("ASIC_INT_MM_LAYOUT", f" {layout.upper()} ")
-    result = suite.runpytest("-p", "no:cacheprovider", "--asic-backend")
-    result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(
-        [
-            "nobreak: host GEMM kernel int_mm ($ASIC_HOST_GEMM=int_mm), weights as "
-            f"{shown} ($ASIC_INT_MM_LAYOUT={layout})"
-        ]
+    result = suite.runpytest(
+        "-p", "no:cacheprovider", "--asic-backend", "--nobreak-json=r.json", "--nobreak-html=r.html"
     )
+    result.assert_outcomes(passed=1)
+    kernel = (
+        "int_mm ($ASIC_HOST_GEMM=int_mm), weights as "
+        f"{shown.replace('[[]', '[')} ($ASIC_INT_MM_LAYOUT={layout})"
+    )
+    result.stdout.fnmatch_lines([f"nobreak: host GEMM kernel {kernel.replace('[', '[[]')}"])
+    assert json.loads((suite.path / "r.json").read_text())["host_gemm"] == kernel
+    assert kernel in (suite.path / "r.html").read_text()
 
 
 @pytest.mark.parametrize(

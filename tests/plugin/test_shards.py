@@ -212,6 +212,27 @@ def test_shards_whose_trials_kept_different_kernels_name_both(runs: Path) -> Non
         )
 
 
+def test_shards_of_hosts_that_computed_otherwise_merge_and_name_each_way(runs: Path) -> None:
+    """The host kernel is a run's speed, not its figures: shards of two kinds of host merge,
+    and the header names both, in the order of the shards."""
+    ways = {
+        "1": {"host_gemm": "int_mm (auto: an int8 dot-product unit on this CPU)"},
+        "2": {"host_gemm": "int16 (auto: no int8 dot-product unit on this CPU)"},
+    }
+    for g, way in ways.items():
+        shard = json.loads((runs / f"s{g}.json").read_text())
+        (runs / f"way{g}.json").write_text(json.dumps(shard | way | {"host_passes": "native"}))
+    done = merge(runs, "ways.json", "way1.json", "way2.json", "way1.json", "--html", "ways.html")
+    assert done.returncode == 0, done.stderr
+    merged = json.loads((runs / "ways.json").read_text())
+    assert merged["host_gemm"] == (
+        "by shard: int_mm (auto: an int8 dot-product unit on this CPU) | int16 (auto: no int8"
+        " dot-product unit on this CPU)"
+    )
+    assert merged["host_passes"] == "native"
+    assert merged["host_gemm"] in (runs / "ways.html").read_text()
+
+
 def test_conflicting_shards_are_refused_and_nothing_is_written(runs: Path) -> None:
     shard = json.loads((runs / "s1.json").read_text())
     nodeid = next(iter(shard["tests"]))
