@@ -209,8 +209,9 @@ def _choice_note(name: str) -> str:
 def has_int8_unit() -> bool:
     """Whether this CPU has an int8 dot-product unit ``torch._int_mm``'s kernels use: a flag of
     ``_INT8_FLAGS`` in Linux's ``/proc/cpuinfo``, else in torch's own reading of the CPU. Where
-    neither tells, no: without such a unit ``int_mm`` is 10 to 30 times slower than the exact
-    kernels ``auto`` takes instead, a wrong no costs far less than a wrong yes."""
+    neither tells, no: a wrong no runs the exact kernels ``auto`` takes instead, a few times
+    slower than ``int_mm`` on such a unit, where a wrong yes runs ``int_mm`` without one, 10 to
+    30 times slower than they."""
     flags = cpu_flags() or _torch_cpu_flags()
     return any(flag in flags for flag in _INT8_FLAGS)
 
@@ -262,9 +263,8 @@ def mm_i32(
     (:mod:`asic_backend.sim.tensor_cache`) instead of converting it on every call.
     ``allow_float32`` (with ``w_static``): where a float32 GEMM computed the result in one
     slice (every value an integer within 2^24, exactly what int32 → float32 gives), return that
-    float32 tensor, new
-    (``out`` unused), for a caller that rescales it in float32: the round trip through int32
-    would cost two passes and change no value.
+    float32 tensor, new (``out`` unused), for a caller that rescales it in float32: the round
+    trip through int32 would cost two passes and change no value.
     """
     name = kernel_for(a_q.shape[1], a_q, w_q)
     if w_static and name in STATIC_KERNELS:

@@ -3,10 +3,10 @@ and its JSON and HTML reports.
 
 At one to four rows by a kept weight, where ``auto`` takes ``int_mm``, the backend times
 ``int16`` against it on each shape's first weight and keeps ``int16`` where it is faster by a
-tenth (:mod:`asic_backend.sim.kernel_choice`). The header can only state that rule, before any test
-runs; the summary and the reports say what each process kept. Each xdist worker ships its own
-(a choice is per process), and the controller shows them together, naming both kernels where
-workers differed; the shards of a run merge the same way. Nothing here imports torch: a
+tenth (:mod:`asic_backend.sim.kernel_choice`). The header can only state that rule, before any
+test runs; the summary and the reports say what each process kept. Each xdist worker ships its
+own (a choice is per process), and the controller shows them together, naming both kernels
+where workers differed; the shards of a run merge the same way. Nothing here imports torch: a
 process that never loaded the backend has no choices.
 """
 
