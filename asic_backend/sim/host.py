@@ -45,6 +45,7 @@ class Overrides:
 
     def __init__(self) -> None:
         self._entries: list[list[str]] = []
+        self._lock = threading.Lock()
 
     def __bool__(self) -> bool:
         return bool(self._entries)
@@ -58,14 +59,14 @@ class Overrides:
     def held(self, value: str) -> Iterator[None]:
         """``value`` in force in the block."""
         entry = [value]  # its own object: the block removes this entry, not the last one
-        self._entries.append(entry)
+        with self._lock:
+            self._entries.append(entry)
         try:
             yield
         finally:
-            for i in range(len(self._entries) - 1, -1, -1):
-                if self._entries[i] is entry:
-                    del self._entries[i]
-                    break
+            with self._lock:  # the search and the removal, which no other block's may split
+                index = next(i for i, held in enumerate(self._entries) if held is entry)
+                del self._entries[index]
 
 
 @functools.cache

@@ -120,7 +120,12 @@ def kernel() -> str:
     """The kernel this process uses (see the module docstring); a bad ``$ASIC_HOST_GEMM`` is
     a ``ValueError`` naming the allowed values, ``int16`` where it did not build a
     ``RuntimeError`` saying why."""
-    if (forced_name := _forced.current()) is not None:
+    return _chosen(_forced.current())
+
+
+def _chosen(forced_name: str | None) -> str:
+    """:func:`kernel`, given the forced kernel read once (None: none)."""
+    if forced_name is not None:
         return forced_name
     spec = _kernel_setting()
     # Whether int16 is there is the native library's build, which host_passes.reset() may
@@ -162,18 +167,18 @@ def _require_int16(asked: str) -> None:
 
 def describe() -> str:
     """One line for report headers: the kernel and why it was chosen."""
-    name = kernel()
+    forced_name = _forced.current()  # once: another thread's block may end meanwhile
+    name = _chosen(forced_name)
+    reason = "forced" if forced_name is not None else _reason(name)
     inexact = (
         "; torch._int_mm is not exact on this host: float32 computes every GEMM"
         if name == "int_mm" and not int_mm_is_exact()
         else ""
     )
-    return f"{name} ({_reason(name)}){inexact}{_layout_note(name)}{_choice_note(name)}"
+    return f"{name} ({reason}){inexact}{_layout_note(name)}{_choice_note(name)}"
 
 
 def _reason(name: str) -> str:
-    if _forced:
-        return "forced"
     spec = _kernel_setting()
     if spec != "auto":
         return f"${ENV_VAR}={spec}"
@@ -210,20 +215,24 @@ def has_int8_unit() -> bool:
     """Whether this CPU has an int8 dot-product unit ``torch._int_mm``'s kernels use: a flag of
     ``_INT8_FLAGS`` in Linux's ``/proc/cpuinfo``, else in torch's own reading of the CPU. Where
     neither tells, no: a wrong no runs the exact kernels ``auto`` takes instead, a few times
-    slower than ``int_mm`` on such a unit, where a wrong yes runs ``int_mm`` without one, 10 to
-    30 times slower than they."""
+    slower than ``int_mm`` on such a unit, where a wrong yes would run ``int_mm`` without one
+    (10 to 30 times slower than they on an AVX2-only EPYC, where it is exact)."""
     flags = cpu_flags() or _torch_cpu_flags()
     return any(flag in flags for flag in _INT8_FLAGS)
 
 
 def _torch_cpu_flags() -> tuple[str, ...]:
-    """The CPU's features as torch's cpuinfo reads them, by Linux's names (not Linux)."""
-    read = getattr(torch.cpu, "get_capabilities", None)  # not in every torch this supports
-    if read is not None:
-        return tuple(name for name, value in read().items() if value is True)
-    probes = (("avx512_vnni", "_is_avx512_vnni_supported"), ("amx_int8", "_is_amx_tile_supported"))
-    cpu = torch._C._cpu
-    return tuple(flag for flag, probe in probes if getattr(cpu, probe, lambda: False)())
+    """The features torch's cpuinfo reads in this CPU (off Linux), where they are named as in
+    ``_INT8_FLAGS``; none where torch cannot tell."""
+    try:
+        read = getattr(torch.cpu, "get_capabilities", None)  # not in every torch supported
+        if read is not None:
+            return tuple(name for name, value in read().items() if value is True)
+        # An older torch's probes: VNNI of AVX-512 only, and AMX tiles (which come with int8).
+        probes = (("avx512_vnni", "_is_vnni_supported"), ("amx_int8", "_is_amx_tile_supported"))
+        return tuple(flag for flag, probe in probes if getattr(torch.cpu, probe, lambda: False)())
+    except Exception:  # a reading that fails tells nothing: no unit, the safe answer
+        return ()
 
 
 @contextlib.contextmanager

@@ -148,10 +148,10 @@ def mode() -> str:
 
 def describe() -> str:
     """One line for report headers: the implementation and why."""
-    name = mode()
-    if _forced:
-        return f"{name} (forced)"
-    spec = _configured()[0]  # the reading mode() keeps, not the variable as it is now
+    forced_name = _forced.current()  # once: another thread's block may end meanwhile
+    if forced_name is not None:
+        return f"{forced_name} (forced)"
+    spec, name = _configured()  # the reading mode() keeps, not the variable as it is now
     if spec != "auto":
         return f"{name} (${ENV_VAR}={spec})"
     return f"{name} (auto: {_build().detail})"

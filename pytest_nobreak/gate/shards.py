@@ -15,9 +15,10 @@ Shards of one run hold disjoint tests, so a test in two shards is a conflict unl
 entries are the same (a shard uploaded twice), and reports of different configurations (torch
 release, simulator version, backend, device) are refused: their figures are not comparable.
 Every problem is one line naming the files, and nothing is written then. Shards may have run on
-hosts that computed otherwise (same figures, another speed): the merged header names each
-shard's host GEMM kernel and host passes where they differ, and the kernels the shards' trials
-kept unite shape by shape, naming every kernel where shards differed.
+hosts that computed otherwise (same figures, another speed): where their host GEMM kernels or
+host passes differ, the merged header names each shard's (``by shard: s1.json: int_mm (…) |
+s2.json: int16 (…)``), and the kernels the shards' trials kept unite shape by shape, naming
+every kernel where shards differed.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
     first_path = ""
     owner: dict[str, str] = {}  # nodeid -> the shard it came from
     choices: list[dict[str, str]] = []  # each shard's host_gemm_choices
-    hosts: dict[str, list[str]] = {field: [] for field in HOST_FIELDS}  # each shard's, in order
+    hosts: dict[str, list[tuple[str, Any]]] = {field: [] for field in HOST_FIELDS}
     for path in paths:
         shown = os.fspath(path)
         try:
@@ -98,16 +99,18 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
         merged.update(merge_sections(merged, document))
         choices.append(document.get(CHOICES_KEY) or {})
         for field, seen in hosts.items():
-            if field in document and document[field] not in seen:
-                seen.append(document[field])
+            if (shown, document.get(field)) not in seen:  # not a shard uploaded twice
+                seen.append((shown, document.get(field)))
     assert merged is not None
     # Each shard is its own processes, maybe on another machine: the host kernels and the
     # choices of one must not hide another's.
     if any(choices):
         merged[CHOICES_KEY] = across_shards(choices)
     for field, seen in hosts.items():
-        if len(seen) > 1:
-            merged[field] = "by shard: " + " | ".join(seen)
+        if len({value for _, value in seen}) > 1:
+            merged[field] = "by shard: " + " | ".join(
+                f"{shard}: {'(none)' if value is None else value}" for shard, value in seen
+            )
     return merged
 
 

@@ -326,7 +326,8 @@ ROOF_FIELDS = tuple(f.name for f in dataclasses.fields(Roof) if f.name != "name"
 
 
 def _section_problem(document: Mapping[str, Any]) -> str | None:
-    """What is wrong with the ``roofs`` and ``models`` sections of a report, or None."""
+    """What is wrong with the sections of a report besides ``tests`` (the roofs, the models'
+    notes and families, the host kernels), or None."""
     roofs = document.get(ROOFS_KEY, {})
     if not isinstance(roofs, dict):
         return f'"{ROOFS_KEY}" must be an object of devices, not {roofs!r}'
@@ -363,6 +364,9 @@ def _section_problem(document: Mapping[str, Any]) -> str | None:
         isinstance(kernel, str) for kernel in choices.values()
     ):
         return f'"{CHOICES_KEY}" must be an object of host GEMM kernels by shape'
+    for field in ("host_gemm", "host_passes"):
+        if not isinstance(document.get(field, ""), str):
+            return f'"{field}" must be a string, not {document[field]!r}'
     return None
 
 

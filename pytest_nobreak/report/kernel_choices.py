@@ -41,8 +41,7 @@ def united(choices: Iterable[Sequence[Any]]) -> dict[str, str]:
     for rows, k, n, threads, path, kernel in choices:
         kept.setdefault((int(rows), int(k), int(n), int(threads), str(path)), set()).add(kernel)
     return {
-        f"{rows}×{k}×{n} {threads}T {path}": " or ".join(sorted(kernels))
-        + (" (by worker)" if len(kernels) > 1 else "")
+        f"{rows}×{k}×{n} {threads}T {path}": _joined(kernels, "worker")
         for (rows, k, n, threads, path), kernels in sorted(kept.items())
     }
 
@@ -55,21 +54,27 @@ def across_shards(sections: Iterable[Mapping[str, str]]) -> dict[str, str]:
     >>> across_shards([{"1×8×8 1T gemm": "int16"}, {"1×8×8 1T gemm": "int_mm"}])
     {'1×8×8 1T gemm': 'int16 or int_mm (by shard)'}
     """
-    kept: dict[str, list[str]] = {}
+    kept: dict[str, set[str]] = {}
     for section in sections:
-        for shape, kernel in section.items():
-            kept.setdefault(shape, []).append(kernel)
+        for shape, value in section.items():
+            kept.setdefault(shape, set()).add(value)
     return {
-        shape: kernels[0]
-        if len(set(kernels)) == 1
-        else " or ".join(sorted({k for kernel in kernels for k in _kernels(kernel)}))
-        + " (by shard)"
-        for shape, kernels in sorted(kept.items())
+        shape: next(iter(values))
+        if len(values) == 1
+        else _joined((kernel for value in values for kernel in _kernels(value)), "shard")
+        for shape, values in sorted(kept.items())
     }
 
 
+def _joined(kernels: Iterable[str], by: str) -> str:
+    """One shape's value: its kernel, or every kernel kept and who differed
+    (``int16 or int_mm (by worker)``); :func:`_kernels` reads it back."""
+    names = sorted(set(kernels))
+    return names[0] if len(names) == 1 else " or ".join(names) + f" (by {by})"
+
+
 def _kernels(value: str) -> list[str]:
-    """The kernels a value of :func:`united` names: ``int16 or int_mm (by worker)`` holds two."""
+    """The kernels a value of :func:`_joined` names."""
     return value.split(" (by ")[0].split(" or ")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import sys
 import threading
 import weakref
 from collections.abc import Iterator
@@ -132,9 +133,20 @@ def test_a_torch_without_get_capabilities_is_asked_for_vnni_and_amx(
 ) -> None:
     monkeypatch.setattr(host_gemm, "cpu_flags", lambda: ())
     monkeypatch.delattr(torch.cpu, "get_capabilities", raising=False)
-    monkeypatch.setattr(torch._C._cpu, "_is_avx512_vnni_supported", lambda: vnni, raising=False)
-    monkeypatch.setattr(torch._C._cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: vnni, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
     assert host_gemm.has_int8_unit.__wrapped__() is vnni
+
+
+def test_a_reading_of_the_cpu_that_fails_counts_as_no_int8_unit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def fails() -> dict[str, object]:
+        raise RuntimeError("cpuinfo could not read this CPU")
+
+    monkeypatch.setattr(host_gemm, "cpu_flags", lambda: ())
+    monkeypatch.setattr(torch.cpu, "get_capabilities", fails, raising=False)
+    assert host_gemm.has_int8_unit.__wrapped__() is False
 
 
 def test_a_host_whose_int_mm_is_not_exact_never_runs_it_and_says_which_kernel_does(
@@ -881,27 +893,67 @@ def test_untiled_holds_in_every_thread_while_its_block_runs() -> None:
     assert isinstance(tiled, host_passes.TiledGemm)
 
 
+@pytest.mark.parametrize("first_ends", [True, False], ids=["first-ends-first", "later-ends-first"])
 @pytest.mark.parametrize("module", [host_gemm, host_passes], ids=lambda m: m.__name__)
-def test_forced_blocks_of_two_threads_may_end_in_either_order(module: object) -> None:
-    """Each block ends its own entry: a thread whose block outlives another's keeps its own
-    choice, and the process's comes back when both ended."""
+def test_forced_blocks_of_two_threads_may_end_in_either_order(
+    module: object, first_ends: bool
+) -> None:
+    """Each block ends its own entry: the block still running holds, whichever ended first,
+    and the process's choice comes back when both ended."""
     first, second = ("float32", "float64") if module is host_gemm else ("aten", "native")
     chosen = host_gemm.kernel if module is host_gemm else host_passes.mode
     before = chosen()
-    entered, left, seen = threading.Event(), threading.Event(), []
+    entered, looked, ended, seen = threading.Event(), threading.Event(), threading.Event(), []
 
     def later_block() -> None:
         with module.forced(second):  # type: ignore[attr-defined]
             entered.set()
-            assert left.wait(30)
-            seen.append(chosen())
+            assert looked.wait(30)
+            if first_ends:
+                assert ended.wait(30)  # the first block has ended
+                seen.append(chosen())
+        ended.set()
 
     thread = threading.Thread(target=later_block)
     with module.forced(first):  # type: ignore[attr-defined]
         thread.start()
         assert entered.wait(30)
         seen.append(chosen())
-    left.set()
+        looked.set()
+        if not first_ends:
+            assert ended.wait(30)  # the later block has ended
+            seen.append(chosen())
+    if first_ends:
+        ended.set()
     thread.join()
-    assert seen == [second, second]
+    assert seen == ([second, second] if first_ends else [second, first])
     assert chosen() == before
+
+
+def test_overrides_stay_whole_under_threads_that_switch_at_every_step() -> None:
+    """Blocks entered and ended by four threads at once, the interpreter switching threads as
+    often as it can: no block's end fails, and none leaves its entry behind."""
+    overrides = host.Overrides()
+    errors: list[BaseException] = []
+
+    def blocks(name: str) -> None:
+        try:
+            for _ in range(5000):
+                with overrides.held(name):
+                    assert overrides.current() is not None
+        except BaseException as exc:
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=blocks, args=(str(i),)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
+    assert overrides.current() is None
+    assert not overrides

@@ -214,23 +214,39 @@ def test_shards_whose_trials_kept_different_kernels_name_both(runs: Path) -> Non
 
 def test_shards_of_hosts_that_computed_otherwise_merge_and_name_each_way(runs: Path) -> None:
     """The host kernel is a run's speed, not its figures: shards of two kinds of host merge,
-    and the header names both, in the order of the shards."""
-    ways = {
-        "1": {"host_gemm": "int_mm (auto: an int8 dot-product unit on this CPU)"},
-        "2": {"host_gemm": "int16 (auto: no int8 dot-product unit on this CPU)"},
-    }
-    for g, way in ways.items():
+    and the header names each shard's, in the order of the shards (one uploaded twice once;
+    one that names none, as none)."""
+    shard = json.loads((runs / "s1.json").read_text())
+    shard.pop("host_gemm", None)
+    (runs / "way0.json").write_text(json.dumps(shard | {"host_passes": "native"}))
+    kernels = {"1": "int_mm (auto: an int8 unit)", "2": "int16 (auto: no int8 unit)"}
+    for g, kernel in kernels.items():
         shard = json.loads((runs / f"s{g}.json").read_text())
-        (runs / f"way{g}.json").write_text(json.dumps(shard | way | {"host_passes": "native"}))
+        way = {"host_gemm": kernel, "host_passes": "native"}
+        (runs / f"way{g}.json").write_text(json.dumps(shard | way))
     done = merge(runs, "ways.json", "way1.json", "way2.json", "way1.json", "--html", "ways.html")
     assert done.returncode == 0, done.stderr
     merged = json.loads((runs / "ways.json").read_text())
     assert merged["host_gemm"] == (
-        "by shard: int_mm (auto: an int8 dot-product unit on this CPU) | int16 (auto: no int8"
-        " dot-product unit on this CPU)"
+        "by shard: way1.json: int_mm (auto: an int8 unit) | way2.json: int16 (auto: no int8 unit)"
     )
     assert merged["host_passes"] == "native"
     assert merged["host_gemm"] in (runs / "ways.html").read_text()
+    done = merge(runs, "ways.json", "way0.json", "way2.json")
+    assert done.returncode == 0, done.stderr
+    merged = json.loads((runs / "ways.json").read_text())
+    assert merged["host_gemm"] == (
+        "by shard: way0.json: (none) | way2.json: int16 (auto: no int8 unit)"
+    )
+
+
+def test_a_shard_whose_host_kernel_is_not_a_string_is_named(runs: Path) -> None:
+    shard = json.loads((runs / "s2.json").read_text())
+    (runs / "odd.json").write_text(json.dumps(shard | {"host_gemm": None}))
+    done = merge(runs, "bad.json", "s1.json", "odd.json")
+    assert done.returncode == 1
+    assert done.stderr.strip() == 'error: odd.json "host_gemm" must be a string, not None'
+    assert not (runs / "bad.json").exists()
 
 
 def test_conflicting_shards_are_refused_and_nothing_is_written(runs: Path) -> None:
