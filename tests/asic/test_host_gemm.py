@@ -4,8 +4,8 @@ which one this host picks (``$ASIC_HOST_GEMM``)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
-import sys
 import threading
 import weakref
 from collections.abc import Iterator
@@ -20,6 +20,7 @@ from asic_backend.sim.conv import ConvGeometry, conv_i32
 from tests import gc_freeze
 from tests.asic import golden
 from tests.asic.test_numerics import OVERFLOW, GemmCase, gemm_case, run_linear_i32
+from tests.races import run_interleaved
 
 KERNELS = pytest.mark.parametrize("name", host_gemm.available_kernels())
 #: Each kernel, with ``int_mm`` under each weight layout (``int_mm@rows``...): the bits depend
@@ -944,16 +945,7 @@ def test_overrides_stay_whole_under_threads_that_switch_at_every_step() -> None:
         except BaseException as exc:
             errors.append(exc)
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=blocks, args=(str(i),)) for i in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    run_interleaved(functools.partial(blocks, str(i)) for i in range(4))
     assert errors == []
     assert overrides.current() is None
     assert not overrides

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable, Iterator
 
@@ -24,6 +23,7 @@ from asic_backend.sim.device import (
 )
 from asic_backend.sim.numerics import quantize_multiplier
 from tests.asic import golden
+from tests.races import run_interleaved
 
 DEV = get_device("default")
 
@@ -382,16 +382,7 @@ def test_counters_are_thread_safe() -> None:
             run_mm_i32(a, w, device=dev)
             dev.record_host_fallback(HostFallback("linear", "same site"))
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads as often as possible
-    try:
-        threads = [threading.Thread(target=work) for _ in range(workers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(interval)
+    run_interleaved([work] * workers)
     snap = dev.snapshot()
     assert snap.dut_ops == workers * calls
     assert snap.host_fallbacks == workers * calls
