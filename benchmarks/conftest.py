@@ -12,7 +12,7 @@ import copy
 import dataclasses
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import torch
@@ -140,6 +140,33 @@ def over_gemm(ratio: float) -> str:
     return f"{ratio:.3f}{BELOW_FLOOR}" if f"{ratio:.2f}" == "1.00" else f"{ratio:.2f}{BELOW_FLOOR}"
 
 
+class _Pair(NamedTuple):
+    """A variant's two columns after DUT/GEMM: its time and a ratio of it."""
+
+    variant: str
+    time_title: str
+    ratio_title: str
+    #: The ratio's cell, of the row's times ``t`` and the variant's ``time``.
+    ratio: Callable[[dict[str, float], float], str]
+    #: Whether every table has the columns (a dash where a row did not time the variant).
+    always: bool = False
+
+
+#: The variants' columns, in their order; a table has those any of its rows timed.
+_PAIRS = (
+    _Pair("dut_whole", "DUT whole ms", "DUT/whole", lambda t, time: f"{t['dut'] / time:.2f}"),
+    _Pair("dut_aten", "DUT aten ms", "DUT aten/GEMM", lambda t, time: over_gemm(time / t["gemm"])),
+    _Pair(
+        "dut_inductor",
+        "DUT ind ms",
+        "DUT ind/GEMM",
+        lambda t, time: over_gemm(time / t["gemm"]),
+        always=True,
+    ),
+    _Pair("torchao", "TorchAO ms", "DUT/TorchAO", lambda t, time: f"{t['dut'] / time:.2f}"),
+)
+
+
 def ratio_table(rows: dict[str, Row]) -> list[str]:
     """Markdown: one line per group and host GEMM kernel that has all three wall times.
 
@@ -155,39 +182,22 @@ def ratio_table(rows: dict[str, Row]) -> list[str]:
     """
     presets = sorted({p for row in rows.values() for p in row.sim_s})
     per_kernel = {group: _per_kernel(row) for group, row in rows.items()}
-    aten = any("dut_aten" in t for timed in per_kernel.values() for _, t in timed)
-    torchao = any("torchao" in t for timed in per_kernel.values() for _, t in timed)
-    whole = any("dut_whole" in t for timed in per_kernel.values() for _, t in timed)
+    pairs = [
+        pair
+        for pair in _PAIRS
+        if pair.always or any(pair.variant in t for timed in per_kernel.values() for _, t in timed)
+    ]
     head = ["layer (M×K×N)", "host GEMM", "fp32 ms", "GEMM ms", "DUT ms", "DUT/fp32", "DUT/GEMM"]
-    head += ["DUT whole ms", "DUT/whole"] if whole else []
-    head += ["DUT aten ms", "DUT aten/GEMM"] if aten else []
-    head += ["DUT ind ms", "DUT ind/GEMM"]
-    head += ["TorchAO ms", "DUT/TorchAO"] if torchao else []
+    head += [title for pair in pairs for title in (pair.time_title, pair.ratio_title)]
     head += [f"sim {p} µs" for p in presets]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for group, row in rows.items():
         for kernel, t in per_kernel[group]:
             cells = [group, kernel, *(_number(t[v] * 1e3) for v in ("fp32", "gemm", "dut"))]
             cells += [f"{t['dut'] / t['fp32']:.2f}", over_gemm(t["dut"] / t["gemm"])]
-            if whole:
-                dut_whole = t.get("dut_whole")
-                cells += (
-                    [_number(dut_whole * 1e3), f"{t['dut'] / dut_whole:.2f}"]
-                    if dut_whole
-                    else ["-", "-"]
-                )
-            if aten:
-                dut_aten = t.get("dut_aten")
-                cells += (
-                    [_number(dut_aten * 1e3), over_gemm(dut_aten / t["gemm"])]
-                    if dut_aten
-                    else ["-", "-"]
-                )
-            ind = t.get("dut_inductor")
-            cells += [_number(ind * 1e3), over_gemm(ind / t["gemm"])] if ind else ["-", "-"]
-            if torchao:
-                peer = t.get("torchao")
-                cells += [_number(peer * 1e3), f"{t['dut'] / peer:.2f}"] if peer else ["-", "-"]
+            for pair in pairs:
+                time = t.get(pair.variant)
+                cells += [_number(time * 1e3), pair.ratio(t, time)] if time else ["-", "-"]
             cells += [_number(row.sim_s[p] * 1e6) if p in row.sim_s else "-" for p in presets]
             out.append("| " + " | ".join(cells) + " |")
     if any(BELOW_FLOOR in line for line in out[2:]):

@@ -104,7 +104,7 @@ class NobreakSession:
         self.reporter: SessionReporter | None = None
         self.usage_errors: list[str] = []
         #: The host GEMM kernels xdist workers chose by timing (:mod:`.report.kernel_choices`).
-        self.kernel_choices: list[tuple[Any, ...]] = []
+        self.worker_choices: list[tuple[Any, ...]] = []
         #: The monitor of the test being run, from its setup to its teardown.
         self._watching: Monitor | None = None
         self.baseline = self._load_baseline()
@@ -412,7 +412,7 @@ class NobreakSession:
         kernels it chose by timing."""
         output = getattr(node, "workeroutput", None) or {}
         self.usage_errors.extend(output.get(USAGE_ERRORS_OUTPUT, ()))
-        self.kernel_choices.extend(tuple(choice) for choice in output.get(CHOICES_OUTPUT, ()))
+        self.worker_choices.extend(tuple(choice) for choice in output.get(CHOICES_OUTPUT, ()))
 
     def _unique_usage_errors(self) -> list[str]:
         return list(dict.fromkeys(self.usage_errors))  # each worker reports every item
@@ -430,7 +430,7 @@ class NobreakSession:
     def _kernel_choices(self) -> dict[str, str]:
         """The host GEMM kernels chosen by timing: the workers' and this process's own, united
         once, at the session's end (the reports, then the summary line)."""
-        return united([*self.kernel_choices, *local_choices()])
+        return united([*self.worker_choices, *local_choices()])
 
 
 def _quiet_trace_logger() -> None:

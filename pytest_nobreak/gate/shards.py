@@ -43,6 +43,7 @@ from pytest_nobreak.report.html_report import HtmlReportError, check_html_path, 
 from pytest_nobreak.report.json_report import (
     CHOICES_KEY,
     CONFIGURATION,
+    HOST_FIELDS,
     ReportError,
     TestRecord,
     describe,
@@ -54,10 +55,6 @@ from pytest_nobreak.report.kernel_choices import across_shards
 from pytest_nobreak.watch.events import Figures
 
 __all__ = ["MergeError", "baseline_of", "main", "merge_shards"]
-
-
-#: The header's fields that name how a shard's host computed (its speed, not its figures).
-HOST_FIELDS = ("host_gemm", "host_passes")
 
 
 class MergeError(Exception):

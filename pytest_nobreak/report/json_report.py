@@ -364,7 +364,7 @@ def _section_problem(document: Mapping[str, Any]) -> str | None:
         isinstance(kernel, str) for kernel in choices.values()
     ):
         return f'"{CHOICES_KEY}" must be an object of host GEMM kernels by shape'
-    for field in ("host_gemm", "host_passes"):
+    for field in HOST_FIELDS:
         if not isinstance(document.get(field, ""), str):
             return f'"{field}" must be a string, not {document[field]!r}'
     return None
@@ -424,6 +424,9 @@ def write_document(path: str | os.PathLike[str], report: Mapping[str, Any]) -> N
 
 #: The header fields that must agree for reports to be merged.
 CONFIGURATION = ("version", "torch", "asic_sim", "backend", "device")
+#: The header fields that name how the host computed (a run's speed, not its figures): reports
+#: that differ in them merge.
+HOST_FIELDS = ("host_gemm", "host_passes")
 
 
 def merge_files(output: str | os.PathLike[str], inputs: list[str | os.PathLike[str]]) -> int:
