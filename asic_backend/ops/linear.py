@@ -593,7 +593,7 @@ def _native_dyn_linear(
     trial: list[kernel_choice.Timing] = []  # this call's, where it is one of a kernel trial's
 
     def prepare() -> (
-        tuple[Tensor, Callable[[Tensor], Tensor] | host_passes.Int16Gemm | host_passes.TiledGemm]
+        tuple[Tensor, Callable[[Tensor], Tensor] | host_passes.NativeGemm | host_passes.TiledGemm]
         | None
     ):
         name = _static_kernel(k)  # x is plain: host_passes.linear checked it before asking

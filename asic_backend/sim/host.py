@@ -19,9 +19,11 @@ from collections.abc import Iterator
 import torch
 
 __all__ = [
+    "AMX_PACK_SLOT",
     "INT16_PACK_SLOT",
     "SCRATCH_OPERAND_MAX_BYTES",
     "Overrides",
+    "amx_activations",
     "cpu_flags",
     "int16_activations",
     "operand",
@@ -148,6 +150,9 @@ SCRATCH_OPERAND_MAX_BYTES = 64 << 20
 #: :func:`operand`'s slots of the ``int16`` kernel: its widened activations
 #: (:func:`int16_activations`), and an operand packed for one call.
 INT16_A16_SLOT, INT16_PACK_SLOT = 2, 3
+#: The ``amx`` kernel's: its activations (:func:`amx_activations`), and an operand packed for
+#: one call.
+AMX_A_SLOT, AMX_PACK_SLOT = 4, 5
 
 
 def operand(shape: tuple[int, ...], dtype: torch.dtype, slot: int) -> torch.Tensor:
@@ -155,7 +160,7 @@ def operand(shape: tuple[int, ...], dtype: torch.dtype, slot: int) -> torch.Tens
     reused one (:func:`scratch`), or a new tensor past :data:`SCRATCH_OPERAND_MAX_BYTES`.
 
     Slots: 0 and 1, ``host_gemm``'s float operands; 2 and 3, the ``int16`` kernel's widened
-    activations and packed operand."""
+    activations and packed operand; 4 and 5, the ``amx`` kernel's."""
     if math.prod(shape) * dtype.itemsize > SCRATCH_OPERAND_MAX_BYTES:
         return torch.empty(shape, dtype=dtype)
     return scratch(shape, dtype, slot)
@@ -166,3 +171,10 @@ def int16_activations(rows: int, k: int) -> torch.Tensor:
     rounded up to even (``int16_gemm.c``'s pairs): this thread's reused buffer, filled by the
     kernel's GEMM or by the fused linear of :mod:`asic_backend.sim.host_passes`."""
     return operand((rows * (k + k % 2),), torch.int16, INT16_A16_SLOT)
+
+
+def amx_activations(nbytes: int) -> torch.Tensor:
+    """The ``amx`` kernel's activations buffer of ``nbytes`` (``asic_amx_a_bytes``: rows padded
+    to its tiles): this thread's reused one, filled by the kernel's GEMM or by the fused linear
+    of :mod:`asic_backend.sim.host_passes`."""
+    return operand((nbytes,), torch.int8, AMX_A_SLOT)

@@ -1,11 +1,16 @@
 """Which exact host kernel computes the DUT's int8 × int8 → int32 products.
 
 The simulated DUT's numbers do not depend on how the host computes them, only that it does so
-exactly. Four kernels are exact for every reduction length the int32 fast path takes
+exactly. Five kernels are exact for every reduction length the int32 fast path takes
 (``K <= INT_MM_MAX_K``):
 
 - ``int_mm``: ``torch._int_mm``, fast where the CPU has an int8 dot-product unit (AVX-512 VNNI,
   AVX-VNNI, AMX), and 10-30x slower than a float GEMM where it has not (AVX2 alone);
+- ``amx``: the project's own native GEMM on Intel AMX's tile unit
+  (:mod:`asic_backend.sim.amx_gemm`), by a packed int8 copy of the weight, each block of the
+  product handed on while it is in L1 (a dynamic linear rescales it there). On the Xeon with
+  AMX, one thread, a GEMM alone took 0.34x to 0.92x ``torch._int_mm``'s time from 1 to 512
+  rows;
 - ``int16``: the project's own native GEMM (:mod:`asic_backend.sim.int16_gemm`), for AVX2
   alone: the int8 values widened to int16, multiplied and summed in pairs into int32, by a
   packed int8 copy of the weight. A DUT linear with it, AVX2 code on the AVX-512 VNNI host,
@@ -21,9 +26,10 @@ exactly. Four kernels are exact for every reduction length the int32 fast path t
   ``float32`` (1.3-1.8x slower at each of the int8 benchmark's layer shapes, on an AVX-512
   host), so only forcing it picks it.
 
-:func:`kernel` picks one: ``$ASIC_HOST_GEMM`` (``int_mm``, ``float32``, ``float64``,
-``int16`` or ``auto``), else ``auto``: ``int_mm`` on a CPU with an int8 dot-product unit (where
-``torch._int_mm`` is exact: :func:`int_mm_is_exact`), else
+:func:`kernel` picks one: ``$ASIC_HOST_GEMM`` (``int_mm``, ``amx``, ``float32``, ``float64``,
+``int16`` or ``auto``), else ``auto``: ``amx`` where it is available (the native library built
+for a CPU with AMX, the tiles granted by the OS), else ``int_mm`` on a CPU with an int8
+dot-product unit (where ``torch._int_mm`` is exact: :func:`int_mm_is_exact`), else
 ``int16`` where it is available (the native library built, with AVX2), else ``float32``. The
 CPU is read once per process; the variable on each use (a dictionary lookup), so a test or a
 benchmark can set it. Under ``int_mm``, a GEMM ``torch._int_mm`` would get wrong (K <
@@ -48,12 +54,12 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from asic_backend.sim import host_passes, int16_gemm, kernel_choice
+from asic_backend.sim import amx_gemm, host_passes, int16_gemm, kernel_choice
 from asic_backend.sim.host import Overrides, cpu_flags, operand, plain, scratch
 from asic_backend.sim.tensor_cache import new_cache, stamp
 
@@ -98,7 +104,7 @@ __all__ = [
 ]
 
 #: The kernels, by name.
-KERNELS: tuple[str, ...] = ("int_mm", "float32", "float64", "int16")
+KERNELS: tuple[str, ...] = ("int_mm", "float32", "float64", "int16", "amx")
 #: The environment variable that forces one (or ``auto``).
 ENV_VAR = "ASIC_HOST_GEMM"
 #: float32's last exact integer step: every partial sum of a float32 GEMM slice stays within it.
@@ -131,11 +137,13 @@ def _chosen(forced_name: str | None) -> str:
     # Whether int16 is there is the native library's build, which host_passes.reset() may
     # redo: asked on each use (a cached lookup), never kept here.
     if spec == "auto":
+        if has_int8_unit() and amx_gemm.available():  # AMX's int8 tiles are such a unit
+            return "amx"
         if has_int8_unit() and int_mm_is_exact():
             return "int_mm"
         return "int16" if int16_gemm.available() else "float32"
-    if spec == "int16":
-        _require_int16(f"${ENV_VAR}=int16")
+    if spec in _NATIVE:
+        _require_native(spec, f"${ENV_VAR}={spec}")
     return spec
 
 
@@ -154,15 +162,21 @@ def _setting(name: str, allowed: tuple[str, ...], raw: str) -> str:
 
 
 def available_kernels() -> tuple[str, ...]:
-    """The kernels this process can use (:func:`forced`): all but ``int16`` where it did not
-    build."""
-    return tuple(name for name in KERNELS if name != "int16" or int16_gemm.available())
+    """The kernels this process can use (:func:`forced`): all but a native one (``int16``,
+    ``amx``) where it is not available."""
+    return tuple(name for name in KERNELS if name not in _NATIVE or _NATIVE[name].available())
 
 
-def _require_int16(asked: str) -> None:
-    if not int16_gemm.available():
-        reason = int16_gemm.unavailable_reason()
-        raise RuntimeError(f"asic: {asked}, but the int16 kernel is not available: {reason}")
+#: The project's native kernels, by name: each module's ``available()`` and
+#: ``unavailable_reason()``.
+_NATIVE = {"int16": int16_gemm, "amx": amx_gemm}
+
+
+def _require_native(name: str, asked: str) -> None:
+    module = _NATIVE[name]
+    if not module.available():
+        reason = module.unavailable_reason()
+        raise RuntimeError(f"asic: {asked}, but the {name} kernel is not available: {reason}")
 
 
 def describe() -> str:
@@ -182,6 +196,8 @@ def _reason(name: str) -> str:
     spec = _kernel_setting()
     if spec != "auto":
         return f"${ENV_VAR}={spec}"
+    if name == "amx":
+        return "auto: AMX's int8 tiles on this CPU"
     unit = "an int8 dot-product unit" if has_int8_unit() else "no int8 dot-product unit"
     reason = f"auto: {unit} on this CPU"
     if has_int8_unit() and not int_mm_is_exact():
@@ -241,8 +257,8 @@ def forced(name: str) -> Iterator[None]:
     one): :class:`~asic_backend.sim.host.Overrides`."""
     if name not in KERNELS:
         raise ValueError(f"unknown host GEMM kernel {name!r}; known: {', '.join(KERNELS)}")
-    if name == "int16":
-        _require_int16("the int16 host GEMM was forced")
+    if name in _NATIVE:
+        _require_native(name, f"the {name} host GEMM was forced")
     with _forced.held(name):
         yield
 
@@ -290,6 +306,8 @@ def mm_i32(
         return torch._int_mm(a, w, out=out) if out is not None else torch._int_mm(a, w)
     if name == "int16":
         return int16_gemm.mm(a_q, int16_gemm.pack(w_q, reuse=True), out=out)
+    if name == "amx":
+        return amx_gemm.mm(a_q, amx_gemm.pack(w_q, reuse=True), out=out)
     dtype = torch.float64 if name == "float64" else torch.float32
     if dtype == torch.float32 and w_static:
         return _float32_weight_gemm(a_q, w_q, out, allow_float32)
@@ -300,15 +318,16 @@ def mm_i32(
 
 #: The kernels that read a static operand (a weight) in a form of their own, kept while it is
 #: unchanged (:func:`static_operand`).
-STATIC_KERNELS: tuple[str, ...] = ("int_mm", "int16")
+STATIC_KERNELS: tuple[str, ...] = ("int_mm", "int16", "amx")
 
 
 class StaticOperand(NamedTuple):
     """A static ``w_q [N, K]`` as kernel ``kernel`` reads it (:func:`static_operand`)."""
 
     kernel: str
-    #: ``int_mm``: the ``[K, N]`` view ``torch._int_mm`` takes; ``int16``: the packed weight.
-    data: torch.Tensor | int16_gemm.Packed
+    #: ``int_mm``: the ``[K, N]`` view ``torch._int_mm`` takes; ``int16``, ``amx``: the packed
+    #: weight.
+    data: torch.Tensor | int16_gemm.Packed | amx_gemm.Packed
 
 
 def static_form(name: str, rows: int) -> str:
@@ -339,6 +358,10 @@ def static_operand(
         return StaticOperand(name, _rows(w_q).t() if by_rows else _columns(w_q))
     if name == "int16":
         return StaticOperand(name, _packed(w_q))
+    if name == "amx":
+        return StaticOperand(
+            name, _weight_copies["amx"].get(w_q, stamp(w_q), lambda: amx_gemm.pack(w_q))
+        )
     raise ValueError(f"asic: the {name} kernel keeps no static operand; {STATIC_KERNELS} do")
 
 
@@ -367,16 +390,16 @@ def int_mm_tiles(rows: int, n: int) -> bool:
 
 def native_linear_gemm(
     w: StaticOperand, rows: int, record: Callable[[], None]
-) -> host_passes.Int16Gemm | host_passes.TiledGemm | None:
+) -> host_passes.NativeGemm | host_passes.TiledGemm | None:
     """The GEMM of ``rows`` rows by the kept operand ``w`` as
     :func:`asic_backend.sim.host_passes.linear` runs it, with ``record`` recording it on the
-    device: inside its own native call where ``w``'s kernel is native (``int16``), in tiles
+    device: inside its own native call where ``w``'s kernel is native (``int16``, ``amx``), in tiles
     where ``int_mm``'s product is large (:func:`int_mm_tiles`, unless in an :func:`untiled`
     block); None where it is one call of :func:`static_mm`."""
-    if isinstance(w.data, int16_gemm.Packed):
-        packed = w.data
-        threads = int16_gemm.gemm_threads(rows * packed.n * packed.k)
-        return host_passes.Int16Gemm(packed.data, packed.n, packed.k, threads, record)
+    if isinstance(w.data, (int16_gemm.Packed, amx_gemm.Packed)):
+        packed, module = w.data, _NATIVE[w.kernel]
+        threads = module.gemm_threads(rows * packed.n * packed.k)
+        return host_passes.NativeGemm(w.kernel, packed.data, packed.n, packed.k, threads, record)
     kn = w.data  # [K, N], as torch._int_mm takes it
     n = kn.shape[1]
     if not int_mm_tiles(rows, n) or _untiled:
@@ -398,6 +421,8 @@ def static_mm(
     its place."""
     if isinstance(w.data, int16_gemm.Packed):
         return int16_gemm.mm(a_q, w.data, out=out)
+    if isinstance(w.data, amx_gemm.Packed):
+        return amx_gemm.mm(a_q, w.data, out=out)
     a = _row_major(a_q)
     return torch._int_mm(a, w.data, out=out) if out is not None else torch._int_mm(a, w.data)
 
@@ -628,10 +653,11 @@ def bmm_i32(a_q: torch.Tensor, w_q: torch.Tensor, *, allow_float32: bool = False
         for i in range(batch):
             torch._int_mm(_row_major(a_q[i]), _as_kn(w_q[i]), out=acc[i])
         return acc
-    if name == "int16":
+    if name in _NATIVE:
+        module: Any = _NATIVE[name]
         acc = torch.empty((batch, m, w_q.shape[1]), dtype=torch.int32, device=a_q.device)
         for i in range(batch):
-            int16_gemm.mm(a_q[i], int16_gemm.pack(w_q[i], reuse=True), out=acc[i])
+            module.mm(a_q[i], module.pack(w_q[i], reuse=True), out=acc[i])
         return acc
     # One batched float GEMM (per K slice) instead of B small ones.
     dtype = torch.float64 if name == "float64" else torch.float32
@@ -666,12 +692,12 @@ def scratch_i32(m: int, n: int) -> torch.Tensor:
 def kernel_for(k: int, *operands: torch.Tensor) -> str:
     """The kernel that computes a reduction of length ``k`` (of ``operands``, where given):
     :func:`kernel`, except that under ``int_mm`` a GEMM ``torch._int_mm`` would get wrong takes
-    ``float32``, and so does ``int16`` of an operand without data of its own (a fake or meta
-    tensor: :func:`plain`)."""
+    ``float32``, and so does a native kernel (``int16``, ``amx``) of an operand without data of
+    its own (a fake or meta tensor: :func:`plain`)."""
     name = kernel()
     if name == "int_mm" and (k < INT_MM_MIN_K or not int_mm_is_exact()):
         return "float32"
-    if name == "int16" and not all(plain(t) for t in operands):
+    if name in _NATIVE and not all(plain(t) for t in operands):
         return "float32"
     return name
 
@@ -799,7 +825,8 @@ def _measured_layout() -> str:
 
 #: The forms the kernels keep of static int8 operands (weights), one cache per form.
 _weight_copies = {
-    form: new_cache() for form in ("float32", "float64", "slices", "columns", "rows", "int16")
+    form: new_cache()
+    for form in ("float32", "float64", "slices", "columns", "rows", "int16", "amx")
 }
 
 

@@ -192,46 +192,54 @@ int64_t asic_quantize_sym_cols_f32(const float *x, int64_t batch, int64_t rows, 
         }                                                                                      \
     } while (0)
 
-#define SCALE_ROWS(NAME, ACC_T)                                                                \
+/* One row of it: out[j] for the row's acc values, its scale ai, its column scales b (b_step
+ * apart, or NULL) and its bias (bias_col_step apart, or NULL). */
+#define SCALE_ROW(NAME, ACC_T)                                                                 \
+    static inline void NAME(const ACC_T *row, int64_t n, float ai, const float *b,            \
+                            int64_t b_step, const float *bias_i, int64_t bias_col_step,        \
+                            float *out) {                                                      \
+        if (b && b_step && bias_i && bias_col_step) {                                          \
+            SCALE_LOOP((v * b[j]) + bias_i[j]);                                                \
+        } else if (b && b_step && !bias_i) {                                                   \
+            SCALE_LOOP(v * b[j]);                                                              \
+        } else if (b && bias_i && bias_col_step) {                                             \
+            const float b0 = b[0];                                                             \
+            SCALE_LOOP((v * b0) + bias_i[j]);                                                  \
+        } else if (b && !bias_i) {                                                             \
+            const float b0 = b[0];                                                             \
+            SCALE_LOOP(v * b0);                                                                \
+        } else if (!b && bias_i && !bias_col_step) {                                           \
+            const float bi = bias_i[0];                                                        \
+            SCALE_LOOP(v + bi);                                                                \
+        } else if (!b && !bias_i) {                                                            \
+            SCALE_LOOP(v);                                                                     \
+        } else { /* not asked for by host_passes.py; correct, if slower */                      \
+            for (int64_t j = 0; j < n; j++) {                                                  \
+                float v = (float)row[j] * ai;                                                  \
+                if (b) v = v * b[j * b_step];                                                  \
+                if (bias_i) v = v + bias_i[j * bias_col_step];                                 \
+                out[j] = v;                                                                    \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
+#define SCALE_ROWS(NAME, ROW, ACC_T)                                                           \
     void NAME(const ACC_T *acc, int64_t m, int64_t n, const float *a, int64_t a_step,          \
               const float *b_all, int64_t b_step, int64_t b_rows, const float *bias,            \
               int64_t bias_row_step, int64_t bias_col_step, float *y, int64_t y_stride,         \
               int threads) {                                                                    \
         _Pragma("omp parallel for num_threads(threads) if (threads > 1)")                       \
         for (int64_t i = 0; i < m; i++) {                                                      \
-            const ACC_T *row = acc + i * n;                                                    \
-            float *out = y + i * y_stride;                                                     \
-            const float ai = a[i * a_step];                                                    \
             const float *b = b_all && b_rows ? b_all + (i / b_rows) * n * b_step : b_all;     \
-            const float *bias_i = bias ? bias + i * bias_row_step : 0;                         \
-            if (b && b_step && bias_i && bias_col_step) {                                      \
-                SCALE_LOOP((v * b[j]) + bias_i[j]);                                            \
-            } else if (b && b_step && !bias_i) {                                               \
-                SCALE_LOOP(v * b[j]);                                                          \
-            } else if (b && bias_i && bias_col_step) {                                         \
-                const float b0 = b[0];                                                         \
-                SCALE_LOOP((v * b0) + bias_i[j]);                                              \
-            } else if (b && !bias_i) {                                                         \
-                const float b0 = b[0];                                                         \
-                SCALE_LOOP(v * b0);                                                            \
-            } else if (!b && bias_i && !bias_col_step) {                                       \
-                const float bi = bias_i[0];                                                    \
-                SCALE_LOOP(v + bi);                                                            \
-            } else if (!b && !bias_i) {                                                        \
-                SCALE_LOOP(v);                                                                 \
-            } else { /* not asked for by host_passes.py; correct, if slower */                  \
-                for (int64_t j = 0; j < n; j++) {                                              \
-                    float v = (float)row[j] * ai;                                              \
-                    if (b) v = v * b[j * b_step];                                              \
-                    if (bias_i) v = v + bias_i[j * bias_col_step];                             \
-                    out[j] = v;                                                                \
-                }                                                                              \
-            }                                                                                  \
+            ROW(acc + i * n, n, a[i * a_step], b, b_step, bias ? bias + i * bias_row_step : 0, \
+                bias_col_step, y + i * y_stride);                                              \
         }                                                                                      \
     }
 
-SCALE_ROWS(asic_scale_i32, int32_t)
-SCALE_ROWS(asic_scale_f32, float)
+SCALE_ROW(scale_row_i32, int32_t)
+SCALE_ROW(scale_row_f32, float)
+SCALE_ROWS(asic_scale_i32, scale_row_i32, int32_t)
+SCALE_ROWS(asic_scale_f32, scale_row_f32, float)
 
 /* The int16 kernel's GEMM of activations already widened (int16_gemm.c). */
 int64_t asic_int16_gemm_a16(const int16_t *a16, int64_t m, int64_t k, const int8_t *packed,
@@ -265,6 +273,66 @@ int64_t asic_linear_int16(const float *x, int64_t m, int64_t k, int64_t x_stride
     if (bad) return bad;
     if (asic_int16_gemm_a16(a16, m, k, packed, n, acc, n, gemm_threads)) return -1;
     asic_scale_i32(acc, m, n, x_scale, 1, w_scale, w_step, 0, bias, 0, 1, y, n, scale_threads);
+    return 0;
+}
+
+/* The amx kernel (amx_gemm.c): its activations' row stride and buffer, and its GEMM, which hands
+ * each block of the product to a sink while the block is in L1. */
+int64_t asic_amx_lda(int64_t k);
+int asic_amx_available(void);
+typedef void (*asic_amx_sink)(void *ctx, const int32_t *block, int64_t ld, int64_t i0,
+                              int64_t rows, int64_t j0, int64_t cols);
+void asic_amx_gemm_sink(const int8_t *a, int64_t m, int64_t k, const int8_t *packed, int64_t n,
+                        asic_amx_sink sink, void *ctx, int threads);
+
+struct linear_rescale {
+    const float *x_scale, *w_scale, *bias;
+    int64_t w_step, n;
+    float *y;
+};
+
+/* A block of a linear's product rescaled as asic_scale_i32 rescales the whole, row by row (the
+ * same values), into y's rows. */
+static void rescale_block(void *ctx, const int32_t *block, int64_t ld, int64_t i0, int64_t rows,
+                          int64_t j0, int64_t cols) {
+    const struct linear_rescale *r = ctx;
+    for (int64_t i = 0; i < rows; i++)
+        scale_row_i32(block + i * ld, cols, r->x_scale[i0 + i], r->w_scale + j0 * r->w_step,
+                      r->w_step, r->bias ? r->bias + j0 : 0, 1, r->y + (i0 + i) * r->n + j0);
+}
+
+/* A dynamic int8 linear by a weight packed for the amx kernel, in one call: each row of x
+ * (float32, m x k, rows x_stride apart) quantized as asic_quantize_sym_f32 quantizes it, its
+ * scale into x_scale[m] and its values straight into the kernel's activations buffer a
+ * (asic_amx_a_bytes(m, k), padded with zeros); the GEMM; and each block of it rescaled into y
+ * (m x n) as asic_scale_i32 computes it. The values are those of the three steps apart. Returns
+ * the number of rows holding inf or NaN, with nothing done after the quantization (the caller
+ * takes its general path), or -1 where the build or the process has no AMX. */
+int64_t asic_linear_amx(const float *x, int64_t m, int64_t k, int64_t x_stride,
+                        const int8_t *packed, int64_t n, const float *w_scale, int64_t w_step,
+                        const float *bias, float eps, float *x_scale, int8_t *a, float *y,
+                        int q_threads, int gemm_threads) {
+    if (!asic_amx_available()) return -1;
+    const int64_t lda = asic_amx_lda(k), mp = (m + 15) / 16 * 16;
+    int64_t bad = 0;
+#pragma omp parallel for num_threads(q_threads) reduction(+ : bad) if (q_threads > 1)
+    for (int64_t r = 0; r < mp; r++) {
+        int8_t *q = a + r * lda;
+        if (r >= m) { /* the tile's padding rows */
+            memset(q, 0, (size_t)lda);
+            continue;
+        }
+        const float *row = x + r * x_stride;
+        if (sym_scale(row, k, eps, x_scale + r)) {
+            bad++;
+            continue;
+        }
+        quantize_i8(row, k, 1.0f / x_scale[r], q);
+        memset(q + k, 0, (size_t)(lda - k));
+    }
+    if (bad) return bad;
+    struct linear_rescale ctx = {x_scale, w_scale, bias, w_step, n, y};
+    asic_amx_gemm_sink(a, m, k, packed, n, rescale_block, &ctx, gemm_threads);
     return 0;
 }
 

@@ -53,14 +53,21 @@ from typing import Any, NamedTuple
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from asic_backend.sim.host import Overrides, cpu_flags, int16_activations, plain, scratch
+from asic_backend.sim.host import (
+    Overrides,
+    amx_activations,
+    cpu_flags,
+    int16_activations,
+    plain,
+    scratch,
+)
 
 __all__ = [
     "DEPTHWISE_MAX_TAPS",
     "ENV_VAR",
     "MODES",
     "PARALLEL_MIN_NUMEL",
-    "Int16Gemm",
+    "NativeGemm",
     "TiledGemm",
     "build_detail",
     "built",
@@ -105,8 +112,9 @@ _OPTIONAL_FLAGS = (
     ("-march=native",),
     (),
 )
-#: Built into one library: the passes, and the int16 host GEMM (:mod:`asic_backend.sim.int16_gemm`).
-_SOURCES = ("host_passes.c", "int16_gemm.c")
+#: Built into one library: the passes, and the int16 and amx host GEMMs
+#: (:mod:`asic_backend.sim.int16_gemm`, :mod:`asic_backend.sim.amx_gemm`).
+_SOURCES = ("host_passes.c", "int16_gemm.c", "amx_gemm.c")
 _BUILD_TIMEOUT_S = 120
 
 _forced = Overrides()
@@ -129,6 +137,13 @@ class _Native(NamedTuple):
     int16_pack_conv: Callable[..., Any]
     int16_gemm: Callable[..., Any]
     linear_int16: Callable[..., Any]
+    #: Whether the build has the amx host GEMM and this process may use AMX's tiles.
+    amx_available: bool
+    amx_a_bytes: Callable[..., Any]
+    amx_packed_bytes: Callable[..., Any]
+    amx_pack: Callable[..., Any]
+    amx_gemm: Callable[..., Any]
+    linear_amx: Callable[..., Any]
     built_with: str
 
 
@@ -207,11 +222,14 @@ def quantize_sym(
     return _quantize(native, x, q, eps)
 
 
-class Int16Gemm(NamedTuple):
-    """A linear's GEMM by a weight packed for the ``int16`` kernel
-    (:func:`asic_backend.sim.int16_gemm.pack`), which :func:`linear` runs inside its own native
-    call, between the quantization and the rescale."""
+class NativeGemm(NamedTuple):
+    """A linear's GEMM by a weight packed for a native kernel (``int16``:
+    :func:`asic_backend.sim.int16_gemm.pack`; ``amx``: :func:`asic_backend.sim.amx_gemm.pack`),
+    which :func:`linear` runs inside its own native call, between the quantization and the
+    rescale."""
 
+    #: ``int16`` or ``amx``.
+    kernel: str
     #: The packing's bytes, of a weight ``[n, k]``.
     packed: torch.Tensor
     n: int
@@ -244,7 +262,7 @@ def linear(
     eps: float,
     prepare: Callable[
         [],
-        tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor] | Int16Gemm | TiledGemm] | None,
+        tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor] | NativeGemm | TiledGemm] | None,
     ],
 ) -> torch.Tensor | None:
     """A dynamic int8 linear's host passes around its GEMM, each operand checked once:
@@ -253,8 +271,8 @@ def linear(
     ``prepare()``, called once ``x`` passes (so a declined call spares the caller's weight
     lookups), gives the weight's float32 scales (``[N]``, one a column) and the GEMM:
     ``gemm(q)`` is the int32 ``[M, N]`` of the int8 ``q`` (contiguous, or float32 holding those
-    values), or an :class:`Int16Gemm`: then the three steps are one native call, the
-    quantization writing the kernel's widened activations itself, or a :class:`TiledGemm`: then
+    values), or a :class:`NativeGemm`: then the three steps are one native call, the
+    quantization writing the kernel's activations itself, or a :class:`TiledGemm`: then
     each tile of the product is rescaled as soon as it is computed. None, without calling
     ``gemm``, where they do not apply, or where ``prepare`` gives None: the caller runs its
     general path, with the same values.
@@ -271,8 +289,8 @@ def linear(
     w_step = _step(w_scale, n, (n,)) if n >= 0 else None
     if w_step is None or (bias is not None and not _f32(bias, (n,))):
         return None
-    if isinstance(gemm, Int16Gemm):
-        return _linear_int16(native, x, gemm, w_scale, w_step, bias, eps)
+    if isinstance(gemm, NativeGemm):
+        return _linear_native(native, x, gemm, w_scale, w_step, bias, eps)
     quantized = _quantize(native, x, torch.empty(x.shape, dtype=torch.int8), eps)
     if quantized is None:
         return None
@@ -342,45 +360,46 @@ def _linear_tiled(
     return y
 
 
-def _linear_int16(
+def _linear_native(
     native: _Native,
     x: torch.Tensor,
-    gemm: Int16Gemm,
+    gemm: NativeGemm,
     w_scale: torch.Tensor,
     w_step: int,
     bias: torch.Tensor | None,
     eps: float,
 ) -> torch.Tensor | None:
-    """:func:`linear` by an ``int16``-packed weight, its operands checked: one native call
-    (``asic_linear_int16``), so a decode step's linear touches one Python frame and one foreign
-    call where the steps apart took three of each, and the activations are never written as
-    int8 to be widened again. None for a row of inf or NaN, the GEMM not run."""
+    """:func:`linear` by a weight packed for a native kernel, its operands checked: one native
+    call (``asic_linear_int16``, ``asic_linear_amx``), so a decode step's linear touches one
+    Python frame and one foreign call where the steps apart took three of each, and the
+    activations are never written as int8 to be read again. None for a row of inf or NaN, the
+    GEMM not run, or where the build has not the kernel."""
     rows, k = x.shape
-    if gemm.k != k or gemm.n != w_scale.shape[0] or not native.int16_available:
+    if gemm.k != k or gemm.n != w_scale.shape[0]:
         return None
     x_scale = torch.empty((rows, 1), dtype=torch.float32)
-    a16 = int16_activations(rows, k)
-    acc = scratch((rows, gemm.n), torch.int32)
     y = torch.empty((rows, gemm.n), dtype=torch.float32)
-    bad = native.linear_int16(
-        x.data_ptr(),
-        rows,
-        k,
-        x.stride(0),
-        gemm.packed.data_ptr(),
-        gemm.n,
-        w_scale.data_ptr(),
-        w_step,
-        None if bias is None else bias.data_ptr(),
-        eps,
-        x_scale.data_ptr(),
-        a16.data_ptr(),
-        acc.data_ptr(),
-        y.data_ptr(),
-        _threads(x.numel()),
-        gemm.threads,
-        _threads(y.numel()),
-    )
+    bias_ptr = None if bias is None else bias.data_ptr()
+    if gemm.kernel == "amx":
+        if not native.amx_available:
+            return None
+        a = amx_activations(int(native.amx_a_bytes(rows, k)))
+        bad = native.linear_amx(
+            *(x.data_ptr(), rows, k, x.stride(0), gemm.packed.data_ptr(), gemm.n),
+            *(w_scale.data_ptr(), w_step, bias_ptr, eps, x_scale.data_ptr(), a.data_ptr()),
+            *(y.data_ptr(), _threads(x.numel()), gemm.threads),
+        )
+    else:
+        if not native.int16_available:
+            return None
+        a16 = int16_activations(rows, k)
+        acc = scratch((rows, gemm.n), torch.int32)
+        bad = native.linear_int16(
+            *(x.data_ptr(), rows, k, x.stride(0), gemm.packed.data_ptr(), gemm.n),
+            *(w_scale.data_ptr(), w_step, bias_ptr, eps, x_scale.data_ptr(), a16.data_ptr()),
+            *(acc.data_ptr(), y.data_ptr(), _threads(x.numel()), gemm.threads),
+            _threads(y.numel()),
+        )
     if bad:
         return None
     gemm.record()
@@ -879,6 +898,37 @@ def _load(path: Path, built_with: str) -> _Native:
         *[_INT] * 3,
     ]
     linear_int16.restype = _I64
+    amx_available = lib.asic_amx_available
+    amx_available.argtypes = []
+    amx_available.restype = _INT
+    has_amx = bool(amx_available())  # asks Linux for the tiles: once, here
+    amx_a_bytes = lib.asic_amx_a_bytes
+    amx_packed_bytes = lib.asic_amx_packed_bytes
+    for fn in (amx_a_bytes, amx_packed_bytes):
+        fn.argtypes = [_I64, _I64]
+        fn.restype = _I64
+    amx_pack = lib.asic_amx_pack
+    amx_pack.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _INT]
+    amx_pack.restype = None
+    amx_gemm = lib.asic_amx_gemm
+    amx_gemm.argtypes = [_P, _I64, _I64, _I64, _P, _I64, _P, _I64, _P, _INT]
+    amx_gemm.restype = _I64
+    linear_amx = lib.asic_linear_amx
+    linear_amx.argtypes = [
+        _P,
+        _I64,
+        _I64,
+        _I64,
+        _P,
+        _I64,
+        _P,
+        _I64,
+        _P,
+        ctypes.c_float,
+        *[_P] * 3,
+        *[_INT] * 2,
+    ]
+    linear_amx.restype = _I64
     return _Native(
         quantize,
         quantize_cols,
@@ -891,5 +941,11 @@ def _load(path: Path, built_with: str) -> _Native:
         pack_conv,
         gemm,
         linear_int16,
+        has_amx,
+        amx_a_bytes,
+        amx_packed_bytes,
+        amx_pack,
+        amx_gemm,
+        linear_amx,
         built_with,
     )

@@ -313,7 +313,9 @@ def test_a_pointwise_conv_multiplies_its_input_as_it_lies(
             mock.patch.object(conv, "im2col", wraps=conv.im2col) as im2col,
         ):
             assert case.run(overflow).tolist() == expected, kernel
-        takes_gemm = kernel == "int16" or (kernel == "int_mm" and k >= host_gemm.INT_MM_MIN_K)
+        takes_gemm = kernel in ("int16", "amx") or (
+            kernel == "int_mm" and k >= host_gemm.INT_MM_MIN_K
+        )
         assert gemm.called == takes_gemm, kernel
         assert not im2col.called, kernel
 

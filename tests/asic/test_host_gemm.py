@@ -15,7 +15,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asic_backend.sim import conv, host, host_gemm, host_passes, int16_gemm, numerics
+from asic_backend.sim import amx_gemm, conv, host, host_gemm, host_passes, int16_gemm, numerics
 from asic_backend.sim.conv import ConvGeometry, conv_i32
 from tests import gc_freeze
 from tests.asic import golden
@@ -93,7 +93,8 @@ def test_the_kernel_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv(host_gemm.ENV_VAR, "auto")
     without = "int16" if int16_gemm.available() else "float32"
     with_unit = host_gemm.has_int8_unit() and host_gemm.int_mm_is_exact()
-    assert host_gemm.kernel() == ("int_mm" if with_unit else without)
+    auto = "amx" if amx_gemm.available() else "int_mm" if with_unit else without
+    assert host_gemm.kernel() == auto
     monkeypatch.setenv(host_gemm.ENV_VAR, "fast")
     with pytest.raises(ValueError, match=r"\$ASIC_HOST_GEMM='fast' is not one of int_mm, "):
         host_gemm.kernel()
@@ -157,6 +158,7 @@ def test_a_host_whose_int_mm_is_not_exact_never_runs_it_and_says_which_kernel_do
     ``float32``: the header names the kernel that computes, the products stay exact."""
     monkeypatch.setattr(host_gemm, "has_int8_unit", lambda: True)
     monkeypatch.setattr(host_gemm, "int_mm_is_exact", lambda: False)
+    monkeypatch.setattr(amx_gemm, "available", lambda: False)  # a unit of VNNI alone
     int_mm_calls: list[None] = []
     real_int_mm = torch._int_mm
     monkeypatch.setattr(
@@ -265,7 +267,7 @@ def test_a_fresh_view_of_a_weight_each_call_finds_its_kept_copy(name: str) -> No
     gen = torch.Generator().manual_seed(3)
     weight = torch.randint(-128, 128, (24, 64), dtype=torch.int8, generator=gen)  # [N, K]
     a = torch.randint(-128, 128, (8, 64), dtype=torch.int8, generator=gen)
-    cache = {"int_mm": "columns", "float32": "slices", "float64": "float64", "int16": "int16"}[name]
+    cache = {"int_mm": "columns", "float32": "slices", "float64": "float64"}.get(name, name)
     made: list[int] = []
     real = host_gemm._weight_copies[cache].get
 
@@ -595,8 +597,8 @@ def test_a_static_operand_gives_mm_i32s_bits(variant: str, rows: int, into: str)
     assert _storage(again) == _storage(operand.data)
 
 
-def _storage(data: torch.Tensor | int16_gemm.Packed) -> int:
-    return (data.data if isinstance(data, int16_gemm.Packed) else data).data_ptr()
+def _storage(data: torch.Tensor | int16_gemm.Packed | amx_gemm.Packed) -> int:
+    return (data if isinstance(data, torch.Tensor) else data.data).data_ptr()
 
 
 @pytest.mark.parametrize("name", ["float32", "float64"])

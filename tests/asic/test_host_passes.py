@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from asic_backend.ops.linear import F32_EPS, quantize_sym_rows
-from asic_backend.sim import host_passes, int16_gemm, numerics
+from asic_backend.sim import amx_gemm, host_passes, int16_gemm, numerics
 from tests.asic import golden
 
 MODES = pytest.mark.parametrize("mode", host_passes.MODES)
@@ -228,7 +228,7 @@ def test_a_zero_scale_quantizes_a_zero_row_to_zeros(form: str) -> None:
             pytest.skip(int16_gemm.unavailable_reason())
         w_q = torch.ones(3, 70, dtype=torch.int8)
         packed = int16_gemm.pack(w_q)
-        gemm = host_passes.Int16Gemm(packed.data, 3, 70, 1, lambda: None)
+        gemm = host_passes.NativeGemm("int16", packed.data, 3, 70, 1, lambda: None)
         y = host_passes.linear(x, None, 0.0, lambda: (torch.ones(3), gemm))
         assert y is not None  # -0.0 where -128s would have made a negative accumulator
         assert torch.equal(y, torch.zeros(2, 3))
@@ -683,36 +683,51 @@ def test_what_a_linears_passes_do_not_take_never_runs_the_gemm(what: str) -> Non
     assert calls == ([] if what in x_alone else ["prepare"])
 
 
-def _int16_prepared(w_q: torch.Tensor, w_scale: torch.Tensor, calls: list[str]):  # type: ignore[no-untyped-def]
-    """``_prepared`` with the GEMM as an :class:`host_passes.Int16Gemm`: run inside
-    ``host_passes.linear``'s own native call, recorded through its ``record``."""
-    packed = int16_gemm.pack(w_q)
-    threads = int16_gemm.gemm_threads(1 << 20)
+def _native_prepared(kernel: str, w_q: torch.Tensor, w_scale: torch.Tensor, calls: list[str]):  # type: ignore[no-untyped-def]
+    """``_prepared`` with the GEMM as a :class:`host_passes.NativeGemm` of ``kernel``: run
+    inside ``host_passes.linear``'s own native call, recorded through its ``record``."""
+    module = NATIVE_MODULES[kernel]
+    packed = module.pack(w_q)
+    threads = module.gemm_threads(1 << 20)
 
     def prepare():  # type: ignore[no-untyped-def]
         calls.append("prepare")
         record = lambda: calls.append("record")  # noqa: E731
-        return w_scale, host_passes.Int16Gemm(packed.data, packed.n, packed.k, threads, record)
+        return w_scale, host_passes.NativeGemm(
+            kernel, packed.data, packed.n, packed.k, threads, record
+        )
 
     return prepare
 
 
-INT16 = pytest.mark.skipif(not int16_gemm.available(), reason=int16_gemm.unavailable_reason())
+NATIVE_MODULES: dict[str, Any] = {"int16": int16_gemm, "amx": amx_gemm}
+#: The native kernels of a fused linear, each where this process has it.
+NATIVE_KERNELS = pytest.mark.parametrize(
+    "kernel",
+    [
+        pytest.param(
+            name, marks=pytest.mark.skipif(not m.available(), reason=m.unavailable_reason())
+        )
+        for name, m in NATIVE_MODULES.items()
+    ],
+)
 
 
-@INT16
+@NATIVE_KERNELS
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize(
-    ("rows", "k", "n"), [(1, 256, 24), (7, 256, 24), (300, 256, 24), (5, 256, 1), (9, 33, 17)]
+    ("rows", "k", "n"),
+    [(1, 256, 24), (7, 256, 24), (300, 256, 24), (5, 256, 1), (9, 33, 17), (49, 130, 70)],
 )
-def test_a_linear_by_an_int16_packed_weight_is_one_call_with_the_steps_apart_bits(
-    rows: int, k: int, n: int, bias: bool, threads: int
+def test_a_linear_by_a_natively_packed_weight_is_one_call_with_the_steps_apart_bits(
+    rows: int, k: int, n: int, bias: bool, threads: int, kernel: str
 ) -> None:
-    """Quantized straight into the kernel's int16 activations, multiplied and rescaled in one
-    native call: the bits of the passes around a GEMM apart, and the aten kernels' (odd K:
-    the kernel's last pair half padding; 9 rows of 17 columns: more than a micro-tile and a
-    panel), the GEMM recorded once."""
+    """Quantized straight into the kernel's activations, multiplied and rescaled in one native
+    call: the bits of the passes around a GEMM apart, and the aten kernels' (odd K: ``int16``'s
+    last pair half padding; 9 rows of 17 columns: more than its micro-tile and panel; 49 rows
+    by 70 columns of K 130: ``amx``'s blocks of 32 and 16 rows, a last panel of 6 columns and K
+    padded past two tiles), the GEMM recorded once."""
     g = torch.Generator().manual_seed(rows * k)
     x = torch.randn(rows, k, generator=g) * 3
     w_q = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=g)
@@ -723,7 +738,7 @@ def test_a_linear_by_an_int16_packed_weight_is_one_call_with_the_steps_apart_bit
     calls: list[str] = []
     apart_calls: list[str] = []
     with torch_threads(threads):
-        y = host_passes.linear(x, b, F32_EPS, _int16_prepared(w_q, w_scale, calls))
+        y = host_passes.linear(x, b, F32_EPS, _native_prepared(kernel, w_q, w_scale, calls))
         apart = host_passes.linear(x, b, F32_EPS, _prepared(w_q, w_scale, apart_calls))
         with host_passes.forced("aten"):
             q_aten, s_aten = quantize_sym_rows(x)
@@ -736,9 +751,9 @@ def test_a_linear_by_an_int16_packed_weight_is_one_call_with_the_steps_apart_bit
     assert torch.equal(y, aten)
 
 
-@INT16
+@NATIVE_KERNELS
 @pytest.mark.parametrize("what", ["a row of inf", "a row of nan", "a packing of another K"])
-def test_what_an_int16_linear_does_not_take_never_records_its_gemm(what: str) -> None:
+def test_what_a_native_linear_does_not_take_never_records_its_gemm(what: str, kernel: str) -> None:
     x, w_q = torch.randn(4, 30), torch.ones(6, 30, dtype=torch.int8)
     if what == "a row of inf":
         x[1, 3] = float("inf")
@@ -747,7 +762,8 @@ def test_what_an_int16_linear_does_not_take_never_records_its_gemm(what: str) ->
     else:
         w_q = torch.ones(6, 32, dtype=torch.int8)
     calls: list[str] = []
-    assert host_passes.linear(x, None, F32_EPS, _int16_prepared(w_q, torch.rand(6), calls)) is None
+    prepare = _native_prepared(kernel, w_q, torch.rand(6), calls)
+    assert host_passes.linear(x, None, F32_EPS, prepare) is None
     assert calls == ["prepare"]
 
 

@@ -13,7 +13,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from asic_backend.ops import linear
-from asic_backend.sim import host_gemm, int16_gemm, kernel_choice
+from asic_backend.sim import amx_gemm, host_gemm, int16_gemm, kernel_choice
 from asic_backend.sim.tensor_cache import stamp
 
 pytestmark = pytest.mark.skipif(
@@ -85,9 +85,10 @@ class Choosing:
 
 @pytest.fixture
 def choosing(monkeypatch: pytest.MonkeyPatch) -> Iterator[Choosing]:
-    """``auto`` as on a CPU with an int8 unit (``int_mm``), no choices made yet."""
+    """``auto`` as on a CPU with an int8 unit (``int_mm``) and no AMX, no choices made yet."""
     monkeypatch.delenv(host_gemm.ENV_VAR, raising=False)
     monkeypatch.setattr(host_gemm, "has_int8_unit", lambda: True)
+    monkeypatch.setattr(amx_gemm, "available", lambda: False)
     host_gemm.int_mm_layout()  # the layout probe, before any spy
     kernel_choice.forget()
     yield Choosing(monkeypatch)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from asic_backend.sim import host_gemm, int16_gemm
+from asic_backend.sim import amx_gemm, host_gemm, int16_gemm
 
 
 @pytest.fixture
@@ -38,7 +38,14 @@ def suite(pytester: pytest.Pytester) -> pytest.Pytester:
                 not int16_gemm.available(), reason=int16_gemm.unavailable_reason()
             ),
         ),
-        ("auto", "nobreak: host GEMM kernel * (auto: * int8 dot-product unit on this CPU*)*"),
+        pytest.param(
+            "amx",
+            "nobreak: host GEMM kernel amx ($ASIC_HOST_GEMM=amx)",
+            marks=pytest.mark.skipif(
+                not amx_gemm.available(), reason=amx_gemm.unavailable_reason()
+            ),
+        ),
+        ("auto", "nobreak: host GEMM kernel * (auto: *int8 * on this CPU*)*"),
     ],
 )
 def test_the_header_names_the_kernel(
@@ -79,7 +86,7 @@ def test_the_header_names_a_forced_weight_layout(
 @pytest.mark.parametrize(
     ("name", "value", "allowed"),
     [
-        ("ASIC_HOST_GEMM", "fastest", "int_mm, float32, float64, int16, auto"),
+        ("ASIC_HOST_GEMM", "fastest", "int_mm, float32, float64, int16, amx, auto"),
         ("ASIC_INT_MM_LAYOUT", "kn", "rows, columns, auto"),
     ],
 )

@@ -22,13 +22,14 @@ from pytest_nobreak.report.kernel_choices import summary_line, united
 DECODE = """
 import torch
 import asic_backend.ops.linear
-from asic_backend.sim import host_gemm, kernel_choice
+from asic_backend.sim import amx_gemm, host_gemm, kernel_choice
 from asic_backend.sim.device import get_device
 
 
 def test_decode(monkeypatch):
     monkeypatch.delenv("ASIC_HOST_GEMM", raising=False)
     monkeypatch.setattr(host_gemm, "has_int8_unit", lambda: True)
+    monkeypatch.setattr(amx_gemm, "available", lambda: False)
     monkeypatch.setattr(kernel_choice, "_decide", lambda trial: "{verdict}")
     w = torch.randn(48, 64)
     for _ in range(40):

@@ -1,0 +1,173 @@
+"""The ``amx`` host kernel: the DUT's int8 × int8 → int32 GEMM in native code, on Intel AMX's
+tile unit.
+
+``amx_gemm.c`` multiplies with AMX's ``TDPBSSD`` (signed int8 products summed into int32
+tiles): exact for every reduction length the int32 path takes, in any order, as
+``torch._int_mm`` is. On the Xeon with AMX, oneDNN's ``torch._int_mm`` reorders its weight on
+every call and writes its int32 product through memory; this kernel reads a weight packed once
+(:func:`pack`; :mod:`asic_backend.sim.host_gemm` keeps it while the weight is unchanged) and
+hands each 32 × 32 block of the product on while it is in L1: to the caller's int32 output
+(:func:`mm`), or to a dynamic linear's rescale, the quantization writing its activations
+(:func:`asic_backend.sim.host_passes.linear`). One thread, a layer's GEMM alone took 0.34x to
+0.92x ``torch._int_mm``'s time from 1 to 512 rows, and the whole DUT linear 0.47x to 1.01x
+(``benchmarks/test_int8_path.py``).
+
+The C file is built into the native host passes' library (:mod:`asic_backend.sim.host_passes`)
+with ``-march=native``: on a CPU or a build without AMX, or where Linux does not grant the
+process AMX's tile state (before 5.16), :func:`available` is False and the kernel is not used.
+
+>>> available()                              # a C compiler, Linux and a CPU with AMX
+True
+>>> mm(a_q, pack(w_q)).dtype                 # a_q int8 [M, K], w_q int8 [N, K]
+torch.int32
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+from asic_backend.sim import host_passes
+from asic_backend.sim.host import AMX_PACK_SLOT, amx_activations, operand
+
+__all__ = ["Packed", "available", "gemm_threads", "mm", "pack", "unavailable_reason"]
+
+#: From this much work on (multiply-adds, or values packed), a call shares it among torch's
+#: threads.
+PARALLEL_MIN_MACS = 1 << 18
+
+
+class Packed(NamedTuple):
+    """A weight ``[N, K]`` packed for the kernel (see ``amx_gemm.c``)."""
+
+    #: int8, ``asic_amx_packed_bytes(N, K)`` long (``amx_gemm.c``).
+    data: torch.Tensor
+    n: int
+    k: int
+
+
+def available() -> bool:
+    """Whether this process has the kernel: the native library built for a CPU with AMX, the
+    tiles granted by the OS, and a first product exact (:func:`_exact`)."""
+    return _built() is not None and _exact()
+
+
+def unavailable_reason() -> str:
+    """Why :func:`available` is False ('' where it is True)."""
+    if available():
+        return ""
+    if host_passes.built() is None:
+        return f"the native library is not available ({host_passes.build_detail()})"
+    if _built() is None:
+        return (
+            "the native library was built without AMX, or the OS does not grant AMX's tiles"
+            " (this CPU, its compiler or its kernel has none)"
+        )
+    return "its self-check product was not exact"
+
+
+def _built() -> Any:
+    native = host_passes.built()
+    return native if native is not None and native.amx_available else None
+
+
+@functools.cache
+def _exact() -> bool:
+    """Whether the kernel multiplies a ragged product with the extreme values exactly (once a
+    process): a build or a CPU that gets it wrong is never used."""
+    with _disable_current_modes():  # real tensors, whatever mode the first use came in
+        g = torch.Generator().manual_seed(0)
+        a = torch.randint(-128, 128, (37, 200), dtype=torch.int8, generator=g)
+        w = torch.randint(-128, 128, (45, 200), dtype=torch.int8, generator=g)
+        a[0], w[0] = -128, -128  # the largest products, 2^14 each
+        expected = (a.to(torch.int64) @ w.to(torch.int64).t()).to(torch.int32)
+        return torch.equal(_mm(_built(), a, _pack(_built(), w, reuse=False)), expected)
+
+
+def _library() -> Any:
+    if not available():
+        raise RuntimeError(f"asic: the amx kernel is not available: {unavailable_reason()}")
+    return _built()
+
+
+def _check_int8(name: str, t: torch.Tensor) -> None:
+    if t.dtype != torch.int8 or t.dim() != 2 or t.device.type != "cpu":
+        raise ValueError(
+            f"asic: the amx kernel takes {name} as a 2-D int8 CPU tensor, "
+            f"got {t.dtype} {list(t.shape)} on {t.device}"
+        )
+
+
+def pack(w_q: torch.Tensor, *, reuse: bool = False) -> Packed:
+    """The int8 ``w_q [N, K]`` (any strides: a transposed view of a ``[K, N]`` too) packed.
+    ``reuse``: into this thread's reused buffer, for an operand of one call (a matmul's right
+    operand, a convolution's im2col matrix): the packing is then only good until the next
+    ``reuse``."""
+    lib = _library()
+    _check_int8("a weight", w_q)
+    return _pack(lib, w_q, reuse=reuse)
+
+
+def _pack(lib: Any, w_q: torch.Tensor, *, reuse: bool) -> Packed:
+    n, k = w_q.shape
+    size = (int(lib.amx_packed_bytes(n, k)),)
+    data = (
+        operand(size, torch.int8, AMX_PACK_SLOT) if reuse else torch.empty(size, dtype=torch.int8)
+    )
+    if n and k:
+        lib.amx_pack(
+            w_q.data_ptr(), n, k, w_q.stride(0), w_q.stride(1), data.data_ptr(), gemm_threads(n * k)
+        )
+    return Packed(data, n, k)
+
+
+def mm(a_q: torch.Tensor, w: Packed, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``a_q [M, K] · wᵀ`` of int8 values as int32 ``[M, N]``, exactly (the caller guarantees
+    ``K <= INT_MM_MAX_K``: no sum overflows int32): into ``out`` if given (int32 ``[M, N]``)."""
+    lib = _library()
+    _check_int8("activations", a_q)
+    m, k = a_q.shape
+    if k != w.k:
+        raise ValueError(f"asic: amx GEMM of [{m}, {k}] by a packed [{w.n}, {w.k}]")
+    if out is not None and (out.dtype != torch.int32 or tuple(out.shape) != (m, w.n)):
+        raise ValueError(
+            f"asic: amx GEMM into {out.dtype} {list(out.shape)}, not int32 [{m}, {w.n}]"
+        )
+    return _mm(lib, a_q, w, out=out)
+
+
+def _mm(lib: Any, a_q: torch.Tensor, w: Packed, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    m, k = a_q.shape
+    # The kernel writes rows of unit stride, ldo apart, none over another.
+    if out is not None and out.stride(-1) == 1 and (m < 2 or out.stride(0) >= w.n):
+        result = out
+    else:
+        result = torch.empty((m, w.n), dtype=torch.int32)
+    if m and w.n and not k:  # an empty sum
+        result.zero_()
+    elif m and w.n:
+        a = a_q if a_q.stride(1) == 1 else a_q.contiguous()
+        buf = amx_activations(int(lib.amx_a_bytes(m, k)))
+        lib.amx_gemm(
+            a.data_ptr(),
+            m,
+            k,
+            a.stride(0),
+            w.data.data_ptr(),
+            w.n,
+            result.data_ptr(),
+            result.stride(0),
+            buf.data_ptr(),
+            gemm_threads(m * w.n * k),
+        )
+    if out is not None and result is not out:
+        return out.copy_(result)
+    return result
+
+
+def gemm_threads(macs: int) -> int:
+    """The threads a GEMM of ``macs`` multiply-adds (or a packing of as many values) shares."""
+    return torch.get_num_threads() if macs >= PARALLEL_MIN_MACS else 1
