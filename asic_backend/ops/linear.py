@@ -543,7 +543,7 @@ def _static_kernel(k: int, *operands: Tensor) -> str | None:
     keeps nothing (``float32``, ``float64``) or K takes the exact int64 path."""
     if not numerics.int_mm_applies(k):
         return None
-    name = host_gemm.kernel_for(k, *operands)
+    name = host_gemm.kernel_for(k, *operands, kept=True)
     return name if name in host_gemm.STATIC_KERNELS else None
 
 

@@ -189,7 +189,12 @@ def describe() -> str:
         if name == "int_mm" and not int_mm_is_exact()
         else ""
     )
-    return f"{name} ({reason}){inexact}{_layout_note(name)}{_choice_note(name)}"
+    kept_only = (
+        "; int_mm for products without a kept weight (attention, convolutions)"
+        if name == "amx" and int_mm_is_exact()
+        else ""
+    )
+    return f"{name} ({reason}){inexact}{kept_only}{_layout_note(name)}{_choice_note(name)}"
 
 
 def _reason(name: str) -> str:
@@ -291,7 +296,7 @@ def mm_i32(
     float32 tensor, new (``out`` unused), for a caller that rescales it in float32: the round
     trip through int32 would cost two passes and change no value.
     """
-    name = kernel_for(a_q.shape[1], a_q, w_q)
+    name = kernel_for(a_q.shape[1], a_q, w_q, kept=w_static)
     if w_static and name in STATIC_KERNELS:
         name, timing = static_choice(name, w_q, a_q.shape[0], a_q)
         kept = static_operand(name, w_q, a_q.shape[0])
@@ -689,12 +694,19 @@ def scratch_i32(m: int, n: int) -> torch.Tensor:
     return scratch((m, n), torch.int32)
 
 
-def kernel_for(k: int, *operands: torch.Tensor) -> str:
-    """The kernel that computes a reduction of length ``k`` (of ``operands``, where given):
-    :func:`kernel`, except that under ``int_mm`` a GEMM ``torch._int_mm`` would get wrong takes
+def kernel_for(k: int, *operands: torch.Tensor, kept: bool = False) -> str:
+    """The kernel that computes a reduction of length ``k`` (of ``operands``, where given;
+    ``kept``: by a weight the kernel keeps its form of): :func:`kernel`, except that under
+    ``amx`` a product without a kept weight takes ``int_mm`` where that is exact, under ``int_mm`` a GEMM ``torch._int_mm`` would get wrong takes
     ``float32``, and so does a native kernel (``int16``, ``amx``) of an operand without data of
     its own (a fake or meta tensor: :func:`plain`)."""
     name = kernel()
+    # amx packs a right operand that is new on every call (attention's, a convolution's im2col
+    # matrix) each time: such products took up to 1.4x int_mm's DUT time (a ResNet 3x3 conv at
+    # stage 3), 1.5x (a 1x1 conv) and 1.6x (decode attention), against 0.58x for Whisper's
+    # 1-D conv (Xeon with AMX, one thread, benchmarks/test_conv_attention.py).
+    if name == "amx" and not kept and k >= INT_MM_MIN_K and int_mm_is_exact():
+        name = "int_mm"
     if name == "int_mm" and (k < INT_MM_MIN_K or not int_mm_is_exact()):
         return "float32"
     if name in _NATIVE and not all(plain(t) for t in operands):

@@ -163,7 +163,35 @@ def test_a_packing_for_one_call_reuses_a_buffer() -> None:
 def test_on_a_cpu_with_amx_auto_takes_it_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(host_gemm.ENV_VAR, raising=False)
     assert host_gemm.kernel() == "amx"
-    assert host_gemm.describe() == "amx (auto: AMX's int8 tiles on this CPU)"
+    assert host_gemm.describe().startswith("amx (auto: AMX's int8 tiles on this CPU)")
+
+
+@AVAILABLE
+@pytest.mark.skipif(not host_gemm.int_mm_is_exact(), reason="torch._int_mm is not exact here")
+def test_products_without_a_kept_weight_take_int_mm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A right operand new on every call (attention's, a convolution's) would be packed on every
+    call: ``int_mm`` computes those, the kept weights' products stay on ``amx``, and the header
+    says so."""
+    calls: list[str] = []
+    real_int_mm, real_mm = torch._int_mm, amx_gemm.mm
+    monkeypatch.setattr(
+        torch, "_int_mm", lambda *a, **k: calls.append("int_mm") or real_int_mm(*a, **k)
+    )
+    monkeypatch.setattr(amx_gemm, "mm", lambda *a, **k: calls.append("amx") or real_mm(*a, **k))
+    gen = torch.Generator().manual_seed(4)
+    a = torch.randint(-128, 128, (9, 70), dtype=torch.int8, generator=gen)
+    w = torch.randint(-128, 128, (33, 70), dtype=torch.int8, generator=gen)
+    expected = a.long() @ w.long().t()
+    with host_gemm.forced("amx"):
+        assert host_gemm.kernel_for(70) == "int_mm"
+        assert host_gemm.kernel_for(70, kept=True) == "amx"
+        assert host_gemm.kernel_for(1) == "amx"  # K = 1: no int_mm (INT_MM_MIN_K)
+        assert torch.equal(host_gemm.mm_i32(a, w).long(), expected)
+        assert torch.equal(host_gemm.bmm_i32(a[None], w[None]).long()[0], expected)
+        assert calls == ["int_mm", "int_mm"]
+        assert torch.equal(host_gemm.mm_i32(a, w, w_static=True).long(), expected)
+        assert calls[2:] == ["amx"]
+        assert "; int_mm for products without a kept weight" in host_gemm.describe()
 
 
 def test_without_it_auto_takes_another_and_a_direct_call_says_why(
