@@ -8,8 +8,8 @@ every call and writes its int32 product through memory; this kernel reads a weig
 (:func:`pack`; :mod:`asic_backend.sim.host_gemm` keeps it while the weight is unchanged) and
 hands each 32 × 32 block of the product on while it is in L1: to the caller's int32 output
 (:func:`mm`), or to a dynamic linear's rescale, the quantization writing its activations
-(:func:`asic_backend.sim.host_passes.linear`). One thread, a layer's GEMM alone took 0.34x to
-0.92x ``torch._int_mm``'s time from 1 to 512 rows, and the whole DUT linear 0.47x to 1.01x
+(:func:`asic_backend.sim.host_passes.linear`). One thread, a layer's GEMM alone took 0.46x to
+0.94x ``torch._int_mm``'s time from 1 to 512 rows, and the whole DUT linear 0.54x to 1.04x
 (``benchmarks/test_int8_path.py``).
 
 The C file is built into the native host passes' library (:mod:`asic_backend.sim.host_passes`)
@@ -151,7 +151,7 @@ def _mm(lib: Any, a_q: torch.Tensor, w: Packed, *, out: torch.Tensor | None = No
     elif m and w.n:
         a = a_q if a_q.stride(1) == 1 else a_q.contiguous()
         buf = amx_activations(int(lib.amx_a_bytes(m, k)))
-        lib.amx_gemm(
+        failed = lib.amx_gemm(
             a.data_ptr(),
             m,
             k,
@@ -163,6 +163,8 @@ def _mm(lib: Any, a_q: torch.Tensor, w: Packed, *, out: torch.Tensor | None = No
             buf.data_ptr(),
             gemm_threads(m * w.n * k),
         )
+        if failed:  # available() held: only the sums of a long K can fail, finding no memory
+            raise MemoryError(f"asic: the amx GEMM of [{m}, {k}] by [{w.n}, {k}] found no memory")
     if out is not None and result is not out:
         return out.copy_(result)
     return result

@@ -9,8 +9,9 @@ exactly. Five kernels are exact for every reduction length the int32 fast path t
 - ``amx``: the project's own native GEMM on Intel AMX's tile unit
   (:mod:`asic_backend.sim.amx_gemm`), by a packed int8 copy of the weight, each block of the
   product handed on while it is in L1 (a dynamic linear rescales it there). On the Xeon with
-  AMX, one thread, a GEMM alone took 0.34x to 0.92x ``torch._int_mm``'s time from 1 to 512
-  rows;
+  AMX, one thread, a GEMM alone took 0.46x to 0.94x ``torch._int_mm``'s time from 1 to 512
+  rows. It computes the products by kept weights; the others take ``int_mm`` where that is
+  exact (:func:`kernel_for`);
 - ``int16``: the project's own native GEMM (:mod:`asic_backend.sim.int16_gemm`), for AVX2
   alone: the int8 values widened to int16, multiplied and summed in pairs into int32, by a
   packed int8 copy of the weight. A DUT linear with it, AVX2 code on the AVX-512 VNNI host,
@@ -697,9 +698,10 @@ def scratch_i32(m: int, n: int) -> torch.Tensor:
 def kernel_for(k: int, *operands: torch.Tensor, kept: bool = False) -> str:
     """The kernel that computes a reduction of length ``k`` (of ``operands``, where given;
     ``kept``: by a weight the kernel keeps its form of): :func:`kernel`, except that under
-    ``amx`` a product without a kept weight takes ``int_mm`` where that is exact, under ``int_mm`` a GEMM ``torch._int_mm`` would get wrong takes
-    ``float32``, and so does a native kernel (``int16``, ``amx``) of an operand without data of
-    its own (a fake or meta tensor: :func:`plain`)."""
+    ``amx`` a product without a kept weight takes ``int_mm`` where that is exact, under
+    ``int_mm`` a GEMM ``torch._int_mm`` would get wrong takes ``float32``, and so does a native
+    kernel (``int16``, ``amx``) of an operand without data of its own (a fake or meta tensor:
+    :func:`plain`)."""
     name = kernel()
     # amx packs a right operand that is new on every call (attention's, a convolution's im2col
     # matrix) each time: such products took up to 1.4x int_mm's DUT time (a ResNet 3x3 conv at

@@ -282,8 +282,8 @@ int64_t asic_amx_lda(int64_t k);
 int asic_amx_available(void);
 typedef void (*asic_amx_sink)(void *ctx, const int32_t *block, int64_t ld, int64_t i0,
                               int64_t rows, int64_t j0, int64_t cols);
-void asic_amx_gemm_sink(const int8_t *a, int64_t m, int64_t k, const int8_t *packed, int64_t n,
-                        asic_amx_sink sink, void *ctx, int threads);
+int asic_amx_gemm_sink(const int8_t *a, int64_t m, int64_t k, const int8_t *packed, int64_t n,
+                       asic_amx_sink sink, void *ctx, int threads);
 
 struct linear_rescale {
     const float *x_scale, *w_scale, *bias;
@@ -307,7 +307,8 @@ static void rescale_block(void *ctx, const int32_t *block, int64_t ld, int64_t i
  * (asic_amx_a_bytes(m, k), padded with zeros); the GEMM; and each block of it rescaled into y
  * (m x n) as asic_scale_i32 computes it. The values are those of the three steps apart. Returns
  * the number of rows holding inf or NaN, with nothing done after the quantization (the caller
- * takes its general path), or -1 where the build or the process has no AMX. */
+ * takes its general path), -1 where the build or the process has no AMX, or -2 where the sums
+ * of a long K found no memory. */
 int64_t asic_linear_amx(const float *x, int64_t m, int64_t k, int64_t x_stride,
                         const int8_t *packed, int64_t n, const float *w_scale, int64_t w_step,
                         const float *bias, float eps, float *x_scale, int8_t *a, float *y,
@@ -332,8 +333,7 @@ int64_t asic_linear_amx(const float *x, int64_t m, int64_t k, int64_t x_stride,
     }
     if (bad) return bad;
     struct linear_rescale ctx = {x_scale, w_scale, bias, w_step, n, y};
-    asic_amx_gemm_sink(a, m, k, packed, n, rescale_block, &ctx, gemm_threads);
-    return 0;
+    return asic_amx_gemm_sink(a, m, k, packed, n, rescale_block, &ctx, gemm_threads);
 }
 
 /* A depthwise 2-D convolution with its quantization and rescale fused, a plane at a time: x

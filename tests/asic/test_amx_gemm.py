@@ -12,12 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from asic_backend.sim import amx_gemm, host, host_gemm, host_passes, numerics
+from tests.amx import needs_amx
 from tests.asic import golden
 from tests.asic.test_host_passes import torch_threads
-
-AVAILABLE = pytest.mark.skipif(
-    not amx_gemm.available(), reason=f"no amx kernel: {amx_gemm.unavailable_reason()}"
-)
 
 INT8 = st.integers(-128, 127)
 
@@ -36,7 +33,7 @@ def operands(draw: st.DrawFn) -> tuple[torch.Tensor, torch.Tensor]:
     )
 
 
-@AVAILABLE
+@needs_amx
 @settings(max_examples=60, deadline=None)
 @given(ab=operands(), w_layout=st.sampled_from(["rows", "columns", "strided"]))
 def test_products_equal_the_golden_model(
@@ -53,7 +50,7 @@ def test_products_equal_the_golden_model(
     assert got.tolist() == golden.gemm_i32(a.tolist(), w.tolist())
 
 
-@AVAILABLE
+@needs_amx
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize(
     ("m", "k", "n"),
@@ -84,7 +81,7 @@ def test_a_gemm_shared_among_threads_is_exact_and_writes_into_out_rows(
     assert (wide[:, n + 3 :] == 7).all()
 
 
-@AVAILABLE
+@needs_amx
 def test_the_longest_reduction_stays_exact() -> None:
     """K = INT_MM_MAX_K of -128 · -128: 2^31 − 2^17, the int32 path's largest sum."""
     k = numerics.INT_MM_MAX_K
@@ -95,7 +92,7 @@ def test_the_longest_reduction_stays_exact() -> None:
     assert torch.equal(got.long(), a.long() @ w.long().t())
 
 
-@AVAILABLE
+@needs_amx
 def test_bad_operands_are_refused_in_one_line() -> None:
     w = amx_gemm.pack(torch.zeros((4, 8), dtype=torch.int8))
     a = torch.zeros((2, 8), dtype=torch.int8)
@@ -109,7 +106,7 @@ def test_bad_operands_are_refused_in_one_line() -> None:
         amx_gemm.mm(torch.zeros((2, 9), dtype=torch.int8), w)
 
 
-@AVAILABLE
+@needs_amx
 @pytest.mark.parametrize(("n", "k"), [(32, 64), (48, 131), (37, 64), (5, 3)])
 def test_every_layout_packs_to_the_same_bytes(n: int, k: int) -> None:
     """Rows of unit stride (a linear's weight) take the path of 4 values at a time; any other
@@ -126,14 +123,14 @@ def test_every_layout_packs_to_the_same_bytes(n: int, k: int) -> None:
     assert sorted(packed[0][packed[0] != 0].tolist()) == sorted(rows[rows != 0].tolist())
 
 
-@AVAILABLE
+@needs_amx
 def test_an_empty_reduction_gives_zeros() -> None:
     packed = amx_gemm.pack(torch.zeros((16, 0), dtype=torch.int8))
     out = torch.full((3, 16), 7, dtype=torch.int32)
     assert amx_gemm.mm(torch.zeros((3, 0), dtype=torch.int8), packed, out=out).eq(0).all()
 
 
-@AVAILABLE
+@needs_amx
 def test_a_packing_for_one_call_reuses_a_buffer() -> None:
     """``reuse``: the thread's buffer for a call's operand (a matmul's right operand, an im2col
     matrix), whose packing is as good as a new one's; the activations take a buffer of their
@@ -159,14 +156,14 @@ def test_a_packing_for_one_call_reuses_a_buffer() -> None:
     assert kept["slots"] == [host.AMX_A_SLOT, host.AMX_PACK_SLOT]
 
 
-@AVAILABLE
+@needs_amx
 def test_on_a_cpu_with_amx_auto_takes_it_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(host_gemm.ENV_VAR, raising=False)
     assert host_gemm.kernel() == "amx"
     assert host_gemm.describe().startswith("amx (auto: AMX's int8 tiles on this CPU)")
 
 
-@AVAILABLE
+@needs_amx
 @pytest.mark.skipif(not host_gemm.int_mm_is_exact(), reason="torch._int_mm is not exact here")
 def test_products_without_a_kept_weight_take_int_mm(monkeypatch: pytest.MonkeyPatch) -> None:
     """A right operand new on every call (attention's, a convolution's) would be packed on every
@@ -218,7 +215,7 @@ def test_without_it_auto_takes_another_and_a_direct_call_says_why(
         amx_gemm.pack(torch.zeros((2, 2), dtype=torch.int8))
 
 
-@AVAILABLE
+@needs_amx
 def test_a_kernel_whose_self_check_fails_is_never_used(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(amx_gemm, "_exact", lambda: False)
     monkeypatch.delenv(host_gemm.ENV_VAR, raising=False)

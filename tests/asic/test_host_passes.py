@@ -22,6 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from asic_backend.ops.linear import F32_EPS, quantize_sym_rows
 from asic_backend.sim import amx_gemm, host_passes, int16_gemm, numerics
+from tests.amx import needs_amx
 from tests.asic import golden
 
 MODES = pytest.mark.parametrize("mode", host_passes.MODES)
@@ -706,9 +707,12 @@ NATIVE_KERNELS = pytest.mark.parametrize(
     "kernel",
     [
         pytest.param(
-            name, marks=pytest.mark.skipif(not m.available(), reason=m.unavailable_reason())
-        )
-        for name, m in NATIVE_MODULES.items()
+            "int16",
+            marks=pytest.mark.skipif(
+                not int16_gemm.available(), reason=int16_gemm.unavailable_reason()
+            ),
+        ),
+        pytest.param("amx", marks=needs_amx),
     ],
 )
 

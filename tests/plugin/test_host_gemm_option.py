@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from asic_backend.sim import amx_gemm, host_gemm, int16_gemm
+from asic_backend.sim import host_gemm, int16_gemm
+from tests.amx import needs_amx
 
 
 @pytest.fixture
@@ -41,9 +42,7 @@ def suite(pytester: pytest.Pytester) -> pytest.Pytester:
         pytest.param(
             "amx",
             "nobreak: host GEMM kernel amx ($ASIC_HOST_GEMM=amx)",
-            marks=pytest.mark.skipif(
-                not amx_gemm.available(), reason=amx_gemm.unavailable_reason()
-            ),
+            marks=needs_amx,
         ),
         ("auto", "nobreak: host GEMM kernel * (auto: *int8 * on this CPU*)*"),
     ],

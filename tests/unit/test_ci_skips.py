@@ -7,14 +7,18 @@ import sys
 from pathlib import Path
 
 from tests.conftest import INNER_ADDOPTS, unexpected_skips
+from tests.skip_reasons import AMX_SKIP
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_every_skip_is_unexpected_while_none_is_allowed() -> None:
+def test_every_skip_but_an_allowed_reasons_is_unexpected() -> None:
     skipped = [("t.py::test_a", "no chromium"), ("t.py::test_b", "could not import 'x'")]
     assert unexpected_skips(skipped) == skipped
     assert unexpected_skips([]) == []
+    amx = ("t.py::test_c", f"{AMX_SKIP}: the native library was built without AMX")
+    assert unexpected_skips([*skipped, amx]) == skipped
+    assert unexpected_skips([("t.py::test_d", f"not {AMX_SKIP}")]) != []
 
 
 def test_a_ci_run_with_a_skip_fails_and_names_it(tmp_path: Path) -> None:
