@@ -13,9 +13,9 @@ exact, then wrapped or saturated to int32 once. It is computed by the host's int
 im2col matrix where that is exact and pays (dense, K ≥ 2, on a host whose GEMM kernel is
 ``int_mm`` or ``amx``, or ``int16`` for a 1-D or 2-D conv of a row stride of 1 or 2, a 1x1
 conv, or :data:`INT16_MIN_FILTERS` filters or more: :mod:`asic_backend.sim.host_gemm`), and
-otherwise as float convolutions of the integer values, which are exact while every partial sum stays an
-integer below 2^24 (float32, sliced by input channels to stay there) or 2^53 (float64): the
-order of exact integer additions does not matter.
+otherwise as float convolutions of the integer values, which are exact while every partial sum
+stays an integer below 2^24 (float32, sliced by input channels to stay there) or 2^53
+(float64): the order of exact integer additions does not matter.
 
 >>> geo = ConvGeometry.of((2, 3, 8, 8), (4, 3, 3, 3), stride=1, padding=1, dilation=1, groups=1)
 >>> geo.out_shape, geo.gemm           # (M, K, N) per group
