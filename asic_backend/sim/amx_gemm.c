@@ -15,7 +15,9 @@
  * rows a tile load reads do not fall into one set of L1.
  *
  * OpenMP threads share (group of panels, span of rows) pairs; each thread configures its tiles
- * and releases them. Linux grants a process the tile state on request (asic_amx_available). */
+ * and releases them. Linux grants a process the tile state on request (asic_amx_available, asked
+ * at the kernel's first use, not at the library's load: a process granted it needs larger
+ * signal stacks). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +90,15 @@ typedef void (*asic_amx_sink)(void *ctx, const int32_t *block, int64_t ld, int64
                               int64_t rows, int64_t j0, int64_t cols);
 
 int asic_amx_available(void);
+
+/* 1 if this build has the kernel (the compiler targets AMX, on Linux), else 0. */
+int asic_amx_built(void) {
+#ifdef ASIC_AMX
+    return 1;
+#else
+    return 0;
+#endif
+}
 
 #ifdef ASIC_AMX
 #define ARCH_REQ_XCOMP_PERM 0x1023
@@ -165,6 +176,7 @@ static inline void block_16(const int8_t *a, int64_t lda, const int8_t *b, int64
     _tile_stored(1, dst + 16, PANEL * 4);
 }
 
+/* 1 if this process may use AMX's tiles, asking Linux for them the first time. */
 int asic_amx_available(void) {
     static int state = -1; /* asked once: the grant holds for the process */
     if (state < 0) state = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
@@ -179,6 +191,7 @@ int asic_amx_available(void) {
  * rows, and the activations once a group. */
 int asic_amx_gemm_sink(const int8_t *a, int64_t m, int64_t k, const int8_t *packed, int64_t n,
                        asic_amx_sink sink, void *ctx, int threads) {
+    if (m <= 0 || n <= 0) return 0; /* no block */
     const int64_t lda = asic_amx_lda(k), kp = round_up(k, TILE_K), kb = kp / TILE_K;
     /* K tiles a chunk; one, of none, for K = 0, whose blocks are zeros. */
     const int64_t chunk = kb < 1 ? 1 : kb < CHUNK_TILES ? kb : CHUNK_TILES;
@@ -187,10 +200,15 @@ int asic_amx_gemm_sink(const int8_t *a, int64_t m, int64_t k, const int8_t *pack
     group = group < 1 ? 1 : group > panels ? panels : group;
     const int64_t groups = (panels + group - 1) / group;
     const int64_t blocks = (round_up(m, TILE_ROWS) + BLOCK_ROWS - 1) / BLOCK_ROWS;
-    int64_t span = SPAN_BYTES / (group * BLOCK_ROWS * PANEL * 4); /* blocks of rows a span */
-    span = span < 1 ? 1 : span > blocks ? blocks : span;
-    const int64_t spans = (blocks + span - 1) / span;
     const int chunked = kb > chunk;
+    /* Blocks of rows a span: one where K is one chunk (no sums wait); else as many as the sums'
+     * buffer holds, but few enough that every thread has a (group, span) pair. */
+    int64_t span = chunked ? SPAN_BYTES / (group * BLOCK_ROWS * PANEL * 4) : 1;
+    const int64_t spans_wanted = (threads + groups - 1) / groups;
+    const int64_t most = (blocks + spans_wanted - 1) / spans_wanted;
+    span = span > most ? most : span;
+    span = span < 1 ? 1 : span;
+    const int64_t spans = (blocks + span - 1) / span;
     const int64_t sums_each = chunked ? span * group * BLOCK_ROWS * PANEL : 0;
     int32_t *sums_all = 0;
     if (chunked && !(sums_all = aligned_alloc(64, (size_t)(threads * sums_each * 4)))) return -2;

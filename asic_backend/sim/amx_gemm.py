@@ -8,13 +8,13 @@ every call and writes its int32 product through memory; this kernel reads a weig
 (:func:`pack`; :mod:`asic_backend.sim.host_gemm` keeps it while the weight is unchanged) and
 hands each 32 × 32 block of the product on while it is in L1: to the caller's int32 output
 (:func:`mm`), or to a dynamic linear's rescale, the quantization writing its activations
-(:func:`asic_backend.sim.host_passes.linear`). One thread, a layer's GEMM alone took 0.46x to
-0.94x ``torch._int_mm``'s time from 1 to 512 rows, and the whole DUT linear 0.54x to 1.04x
-(``benchmarks/test_int8_path.py``).
+(:func:`asic_backend.sim.host_passes.linear`). Its times against ``torch._int_mm``, fp32 and
+TorchAO: ``docs/benchmarks.md`` ("The amx kernel").
 
 The C file is built into the native host passes' library (:mod:`asic_backend.sim.host_passes`)
 with ``-march=native``: on a CPU or a build without AMX, or where Linux does not grant the
-process AMX's tile state (before 5.16), :func:`available` is False and the kernel is not used.
+process AMX's tile state (before 5.16: asked at the first :func:`available`, not at the
+library's load), :func:`available` is False and the kernel is not used.
 
 >>> available()                              # a C compiler, Linux and a CPU with AMX
 True
@@ -24,7 +24,8 @@ torch.int32
 
 from __future__ import annotations
 
-import functools
+import ctypes
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
@@ -52,39 +53,64 @@ class Packed(NamedTuple):
 def available() -> bool:
     """Whether this process has the kernel: the native library built for a CPU with AMX, the
     tiles granted by the OS, and a first product exact (:func:`_exact`)."""
-    return _built() is not None and _exact()
+    native = _built()
+    return native is not None and _exact(native)
 
 
 def unavailable_reason() -> str:
     """Why :func:`available` is False ('' where it is True)."""
     if available():
         return ""
-    if host_passes.built() is None:
+    native = host_passes.built()
+    if native is None:
         return f"the native library is not available ({host_passes.build_detail()})"
-    if _built() is None:
-        return (
-            "the native library was built without AMX, or the OS does not grant AMX's tiles"
-            " (this CPU, its compiler or its kernel has none)"
-        )
+    if not native.amx_built:
+        return "the native library was built without AMX (this CPU or its compiler has none)"
+    if not _granted(native):
+        return "Linux does not grant this process AMX's tiles (it needs 5.16 or later)"
     return "its self-check product was not exact"
 
 
 def _built() -> Any:
+    """The library, where it has the kernel and this process may use AMX's tiles."""
     native = host_passes.built()
-    return native if native is not None and native.amx_available else None
+    return native if native is not None and native.amx_built and _granted(native) else None
 
 
-@functools.cache
-def _exact() -> bool:
-    """Whether the kernel multiplies a ragged product with the extreme values exactly (once a
-    process): a build or a CPU that gets it wrong is never used."""
+def _granted(native: Any) -> bool:
+    """Whether Linux grants this process AMX's tiles, asked once a library (one reloaded by
+    :func:`asic_backend.sim.host_passes.reset` answers again)."""
+    return _once("granted", native, lambda: bool(native.amx_request()))
+
+
+def _exact(native: Any) -> bool:
+    """Whether ``native``'s kernel multiplies a ragged product with the extreme values exactly,
+    K in two chunks, checked once a library: a build or a CPU that gets it wrong is never
+    used."""
+    return _once("exact", native, lambda: _check(native))
+
+
+#: :func:`_once`'s answers, by question and library.
+_answers: dict[tuple[str, int | None], bool] = {}
+
+
+def _once(question: str, native: Any, ask: Callable[[], bool]) -> bool:
+    """``ask()``'s answer for this library, asked once: a library is known by where its code
+    lies (its entry points are not hashable), so a library loaded again is asked again."""
+    key = (question, ctypes.cast(native.amx_request, ctypes.c_void_p).value)
+    if key not in _answers:
+        _answers[key] = ask()
+    return _answers[key]
+
+
+def _check(native: Any) -> bool:
     with _disable_current_modes():  # real tensors, whatever mode the first use came in
         g = torch.Generator().manual_seed(0)
-        a = torch.randint(-128, 128, (37, 200), dtype=torch.int8, generator=g)
-        w = torch.randint(-128, 128, (45, 200), dtype=torch.int8, generator=g)
+        a = torch.randint(-128, 128, (37, 2100), dtype=torch.int8, generator=g)
+        w = torch.randint(-128, 128, (45, 2100), dtype=torch.int8, generator=g)
         a[0], w[0] = -128, -128  # the largest products, 2^14 each
         expected = (a.to(torch.int64) @ w.to(torch.int64).t()).to(torch.int32)
-        return torch.equal(_mm(_built(), a, _pack(_built(), w, reuse=False)), expected)
+        return torch.equal(_mm(native, a, _pack(native, w, reuse=False)), expected)
 
 
 def _library() -> Any:
@@ -146,9 +172,7 @@ def _mm(lib: Any, a_q: torch.Tensor, w: Packed, *, out: torch.Tensor | None = No
         result = out
     else:
         result = torch.empty((m, w.n), dtype=torch.int32)
-    if m and w.n and not k:  # an empty sum
-        result.zero_()
-    elif m and w.n:
+    if m and w.n:  # K = 0 too: the kernel writes zeros
         a = a_q if a_q.stride(1) == 1 else a_q.contiguous()
         buf = amx_activations(int(lib.amx_a_bytes(m, k)))
         failed = lib.amx_gemm(

@@ -8,10 +8,10 @@ exactly. Five kernels are exact for every reduction length the int32 fast path t
   AVX-VNNI, AMX), and 10-30x slower than a float GEMM where it has not (AVX2 alone);
 - ``amx``: the project's own native GEMM on Intel AMX's tile unit
   (:mod:`asic_backend.sim.amx_gemm`), by a packed int8 copy of the weight, each block of the
-  product handed on while it is in L1 (a dynamic linear rescales it there). On the Xeon with
-  AMX, one thread, a GEMM alone took 0.46x to 0.94x ``torch._int_mm``'s time from 1 to 512
-  rows. It computes the products by kept weights; the others take ``int_mm`` where that is
-  exact (:func:`kernel_for`);
+  product handed on while it is in L1 (a dynamic linear rescales it there): faster than
+  ``torch._int_mm`` at every linear shape of ``docs/benchmarks.md`` ("The amx kernel"). It
+  computes the products by kept weights; the others take ``int_mm`` where that is exact
+  (:func:`kernel_for`);
 - ``int16``: the project's own native GEMM (:mod:`asic_backend.sim.int16_gemm`), for AVX2
   alone: the int8 values widened to int16, multiplied and summed in pairs into int32, by a
   packed int8 copy of the weight. A DUT linear with it, AVX2 code on the AVX-512 VNNI host,
@@ -125,8 +125,8 @@ _untiled = Overrides()
 
 def kernel() -> str:
     """The kernel this process uses (see the module docstring); a bad ``$ASIC_HOST_GEMM`` is
-    a ``ValueError`` naming the allowed values, ``int16`` where it did not build a
-    ``RuntimeError`` saying why."""
+    a ``ValueError`` naming the allowed values, ``int16`` or ``amx`` where it is not available
+    a ``RuntimeError`` saying why."""
     return _chosen(_forced.current())
 
 

@@ -12,10 +12,10 @@ and against the golden model). A convolution's rescale is one loop a plane
 one (:func:`depthwise_conv`), its quantized values never leaving the CPU's caches.
 
 The C file is built with the system's C compiler the first time a process needs it (0.3 s
-on the AVX-512 VNNI host), into one library with the int16 host GEMM
-(:mod:`asic_backend.sim.int16_gemm`), and kept in ``$XDG_CACHE_HOME/asic_backend``
-(``~/.cache/asic_backend``), one file per source, compiler, flags and CPU (it is built for this
-CPU: ``-march=native``);
+on the AVX-512 VNNI host), into one library with the int16 and amx host GEMMs
+(:mod:`asic_backend.sim.int16_gemm`, :mod:`asic_backend.sim.amx_gemm`), and kept in
+``$XDG_CACHE_HOME/asic_backend`` (``~/.cache/asic_backend``), one file per source, compiler,
+flags and CPU (it is built for this CPU: ``-march=native``);
 a build must round a row of halves, signed zeros and clamped values as torch does before it is
 used.
 ``$ASIC_HOST_PASSES`` chooses: ``auto`` (the default: native if it builds, else the aten
@@ -137,8 +137,10 @@ class _Native(NamedTuple):
     int16_pack_conv: Callable[..., Any]
     int16_gemm: Callable[..., Any]
     linear_int16: Callable[..., Any]
-    #: Whether the build has the amx host GEMM and this process may use AMX's tiles.
-    amx_available: bool
+    #: Whether the build has the amx host GEMM (the CPU has AMX); and the call that asks Linux
+    #: for AMX's tiles, at the kernel's first use (1: granted; :mod:`asic_backend.sim.amx_gemm`).
+    amx_built: bool
+    amx_request: Callable[..., Any]
     amx_a_bytes: Callable[..., Any]
     amx_packed_bytes: Callable[..., Any]
     amx_pack: Callable[..., Any]
@@ -381,7 +383,7 @@ def _linear_native(
     y = torch.empty((rows, gemm.n), dtype=torch.float32)
     bias_ptr = None if bias is None else bias.data_ptr()
     if gemm.kernel == "amx":
-        if not native.amx_available:
+        if not native.amx_built:
             return None
         a = amx_activations(int(native.amx_a_bytes(rows, k)))
         bad = native.linear_amx(
@@ -898,10 +900,11 @@ def _load(path: Path, built_with: str) -> _Native:
         *[_INT] * 3,
     ]
     linear_int16.restype = _I64
-    amx_available = lib.asic_amx_available
-    amx_available.argtypes = []
-    amx_available.restype = _INT
-    has_amx = bool(amx_available())  # asks Linux for the tiles: once, here
+    amx_built, amx_request = lib.asic_amx_built, lib.asic_amx_available
+    for fn in (amx_built, amx_request):
+        fn.argtypes = []
+        fn.restype = _INT
+    has_amx = bool(amx_built())
     amx_a_bytes = lib.asic_amx_a_bytes
     amx_packed_bytes = lib.asic_amx_packed_bytes
     for fn in (amx_a_bytes, amx_packed_bytes):
@@ -942,6 +945,7 @@ def _load(path: Path, built_with: str) -> _Native:
         gemm,
         linear_int16,
         has_amx,
+        amx_request,
         amx_a_bytes,
         amx_packed_bytes,
         amx_pack,

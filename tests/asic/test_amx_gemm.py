@@ -55,13 +55,19 @@ def test_products_equal_the_golden_model(
 @pytest.mark.parametrize(
     ("m", "k", "n"),
     [
-        # 70 panels of 32 columns by K = 1030 (17 tiles of K): 10 panels a group of 512 KiB,
-        # so 7 groups; 3 blocks of rows, the last of 6.
+        # 70 panels of 32 columns by K = 1030 (17 tiles of K): 15 panels a group of 512 KiB, so
+        # 5 groups; 3 blocks of rows, the last of 6.
         (70, 1030, 2230),
         # One group, 7 blocks of rows: the threads share the blocks.
         (200, 128, 40),
+        # K in two chunks (32 tiles of 64, then 2): the sums wait in each thread's buffer; 10
+        # panels, 8 a group, so 2 groups, the last panel of 12 columns; a block of 32 rows and
+        # one of 16.
+        (40, 2100, 300),
+        # K in two chunks, one group: the threads share 19 blocks of rows in spans.
+        (600, 2100, 40),
     ],
-    ids=["groups", "rows"],
+    ids=["groups", "rows", "chunks", "spans"],
 )
 def test_a_gemm_shared_among_threads_is_exact_and_writes_into_out_rows(
     threads: int, m: int, k: int, n: int
@@ -83,7 +89,7 @@ def test_a_gemm_shared_among_threads_is_exact_and_writes_into_out_rows(
 
 @needs_amx
 def test_the_longest_reduction_stays_exact() -> None:
-    """K = INT_MM_MAX_K of -128 · -128: 2^31 − 2^17, the int32 path's largest sum."""
+    """K = INT_MM_MAX_K of -128 · -128: 2^31 − 2^14, the int32 path's largest sum."""
     k = numerics.INT_MM_MAX_K
     a = torch.full((2, k), -128, dtype=torch.int8)
     w = torch.full((17, k), -128, dtype=torch.int8)
@@ -199,13 +205,13 @@ def test_without_it_auto_takes_another_and_a_direct_call_says_why(
     native = host_passes.built()
     if native is None:
         pytest.skip(f"no native library: {host_passes.build_detail()}")
-    monkeypatch.setattr(host_passes, "built", lambda: native._replace(amx_available=False))
+    monkeypatch.setattr(host_passes, "built", lambda: native._replace(amx_built=False))
     monkeypatch.delenv(host_gemm.ENV_VAR, raising=False)
     assert not amx_gemm.available()
     assert "amx" not in host_gemm.available_kernels()
     assert host_gemm.kernel() != "amx"
-    reason = "the native library was built without AMX, or the OS does not grant AMX's tiles"
-    assert amx_gemm.unavailable_reason().startswith(reason)
+    reason = "the native library was built without AMX (this CPU or its compiler has none)"
+    assert amx_gemm.unavailable_reason() == reason
     with pytest.raises(RuntimeError, match="amx host GEMM was forced, but the amx kernel is not"):
         host_gemm.forced("amx").__enter__()
     monkeypatch.setenv(host_gemm.ENV_VAR, "amx")
@@ -217,8 +223,32 @@ def test_without_it_auto_takes_another_and_a_direct_call_says_why(
 
 @needs_amx
 def test_a_kernel_whose_self_check_fails_is_never_used(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(amx_gemm, "_exact", lambda: False)
+    monkeypatch.setattr(amx_gemm, "_exact", lambda native: False)
     monkeypatch.delenv(host_gemm.ENV_VAR, raising=False)
     assert not amx_gemm.available()
     assert amx_gemm.unavailable_reason() == "its self-check product was not exact"
     assert host_gemm.kernel() != "amx"
+
+
+@needs_amx
+def test_a_process_linux_denies_the_tiles_never_uses_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(amx_gemm, "_granted", lambda native: False)
+    monkeypatch.delenv(host_gemm.ENV_VAR, raising=False)
+    assert not amx_gemm.available()
+    assert amx_gemm.unavailable_reason().startswith("Linux does not grant this process AMX's")
+    assert host_gemm.kernel() != "amx"
+
+
+@needs_amx
+@pytest.mark.parametrize(("rows", "n"), [(5, 0), (0, 7)])
+def test_a_linear_without_outputs_or_rows_writes_nothing(rows: int, n: int) -> None:
+    """An ``nn.Linear(k, 0)`` (or no rows) reaches the fused linear's GEMM with nothing to do."""
+    k = 64
+    packed = amx_gemm.pack(torch.zeros((n, k), dtype=torch.int8))
+    gemm = host_passes.NativeGemm("amx", packed.data, n, k, 1, lambda: None)
+    x = torch.randn(rows, k)
+    y = host_passes.linear(x, None, 1e-7, lambda: (torch.ones(n), gemm))
+    if rows:  # the native passes take no rows: the caller's general path does
+        assert y is not None
+        assert y.shape == (rows, 0)
+    assert amx_gemm.mm(torch.zeros((rows, k), dtype=torch.int8), packed).shape == (rows, n)

@@ -722,16 +722,24 @@ NATIVE_KERNELS = pytest.mark.parametrize(
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize(
     ("rows", "k", "n"),
-    [(1, 256, 24), (7, 256, 24), (300, 256, 24), (5, 256, 1), (9, 33, 17), (49, 130, 70)],
+    [
+        (1, 256, 24),
+        (7, 256, 24),
+        (300, 256, 24),
+        (5, 256, 1),
+        (9, 33, 17),
+        (48, 130, 70),
+        (33, 4100, 70),
+    ],
 )
 def test_a_linear_by_a_natively_packed_weight_is_one_call_with_the_steps_apart_bits(
     rows: int, k: int, n: int, bias: bool, threads: int, kernel: str
 ) -> None:
     """Quantized straight into the kernel's activations, multiplied and rescaled in one native
     call: the bits of the passes around a GEMM apart, and the aten kernels' (odd K: ``int16``'s
-    last pair half padding; 9 rows of 17 columns: more than its micro-tile and panel; 49 rows
+    last pair half padding; 9 rows of 17 columns: more than its micro-tile and panel; 48 rows
     by 70 columns of K 130: ``amx``'s blocks of 32 and 16 rows, a last panel of 6 columns and K
-    padded past two tiles), the GEMM recorded once."""
+    padded past two tiles; K 4100: ``amx``'s K in chunks), the GEMM recorded once."""
     g = torch.Generator().manual_seed(rows * k)
     x = torch.randn(rows, k, generator=g) * 3
     w_q = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=g)

@@ -98,7 +98,7 @@ def test_bad_operands_are_refused_in_one_line() -> None:
 
 
 def test_the_longest_reduction_stays_exact() -> None:
-    """K = INT_MM_MAX_K of -128 · -128: 2^31 − 2^17, the int32 path's largest sum."""
+    """K = INT_MM_MAX_K of -128 · -128: 2^31 − 2^14, the int32 path's largest sum."""
     k = numerics.INT_MM_MAX_K
     a = torch.full((2, k), -128, dtype=torch.int8)
     w = torch.full((17, k), -128, dtype=torch.int8)
