@@ -41,7 +41,8 @@ def suite(pytester: pytest.Pytester) -> pytest.Pytester:
         ),
         pytest.param(
             "amx",
-            "nobreak: host GEMM kernel amx ($ASIC_HOST_GEMM=amx)",
+            "nobreak: host GEMM kernel amx ($ASIC_HOST_GEMM=amx); int_mm for products without"
+            " a kept weight (attention, convolutions)",
             marks=needs_amx,
         ),
         ("auto", "nobreak: host GEMM kernel * (auto: *int8 * on this CPU*)*"),
