@@ -22,7 +22,8 @@ M = 1 and 8 tokens, prefill M = 128 and 512; ``qkv`` is d -> 3d, ``o`` d -> d, `
 A plain run compiles ``test_dut_inductor`` on :data:`PLAIN_INDUCTOR`'s layers only (the others
 are marked ``timed_only``: benchmarks/conftest.py).
 
-A table of the DUT/fp32 and DUT/GEMM ratios per shape and host GEMM kernel closes a timed run
+A table of the DUT/fp32 and DUT/GEMM ratios per shape and host GEMM kernel, and of each DUT over
+the fastest kernel alone of its shape (``DUT/best GEMM``, the per-layer target), closes a timed run
 (``conftest.py``), from ``test_interleaved``, which runs the candidates of a shape round robin:
 fp32, and for each of the ``int_mm`` and ``float32`` kernels (forced, so a host with an int8
 dot-product unit shows what one without sees, and the reverse) the kernel alone and the DUT

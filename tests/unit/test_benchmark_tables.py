@@ -84,3 +84,22 @@ def test_the_torchao_peer_has_columns_of_its_own_where_measured() -> None:
 
 def _cells(line: str) -> list[str]:
     return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
+def test_each_dut_is_held_to_the_fastest_kernel_alone_of_its_group() -> None:
+    """``DUT/best GEMM``: a kernel's DUT over the fastest of the group's kernels alone (the
+    issue's per-layer target), whichever kernel that is."""
+    timed = Row(
+        interleaved={
+            "fp32": 4.0,
+            "gemm@int_mm": 2.0,
+            "dut@int_mm": 2.4,
+            "gemm@amx": 1.0,
+            "dut@amx": 1.1,
+        }
+    )
+    table = ratio_table({"prefill": timed, "decode": _row(3.0)})
+    lines = [[cell.strip("| ") for cell in line.split(" | ")] for line in table]
+    column = lines[0].index("DUT/best GEMM")
+    assert {line[1]: line[column] for line in lines[2:4]} == {"int_mm": "2.40", "amx": "1.10"}
+    assert lines[4][column] == "1.50"  # one kernel: its own GEMM
