@@ -33,12 +33,24 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from asic_backend.sim import host_passes
 from asic_backend.sim.host import AMX_PACK_SLOT, amx_activations, operand
+from asic_backend.sim.native_gemm import (
+    PARALLEL_MIN_MACS,
+    accumulator,
+    check_int8,
+    check_product,
+    finished,
+    gemm_threads,
+)
 
-__all__ = ["Packed", "available", "gemm_threads", "mm", "pack", "unavailable_reason"]
-
-#: From this much work on (multiply-adds, or values packed), a call shares it among torch's
-#: threads.
-PARALLEL_MIN_MACS = 1 << 18
+__all__ = [
+    "PARALLEL_MIN_MACS",
+    "Packed",
+    "available",
+    "gemm_threads",
+    "mm",
+    "pack",
+    "unavailable_reason",
+]
 
 
 class Packed(NamedTuple):
@@ -119,21 +131,13 @@ def _library() -> Any:
     return _built()
 
 
-def _check_int8(name: str, t: torch.Tensor) -> None:
-    if t.dtype != torch.int8 or t.dim() != 2 or t.device.type != "cpu":
-        raise ValueError(
-            f"asic: the amx kernel takes {name} as a 2-D int8 CPU tensor, "
-            f"got {t.dtype} {list(t.shape)} on {t.device}"
-        )
-
-
 def pack(w_q: torch.Tensor, *, reuse: bool = False) -> Packed:
     """The int8 ``w_q [N, K]`` (any strides: a transposed view of a ``[K, N]`` too) packed.
     ``reuse``: into this thread's reused buffer, for an operand of one call (a matmul's right
     operand, a convolution's im2col matrix): the packing is then only good until the next
     ``reuse``."""
     lib = _library()
-    _check_int8("a weight", w_q)
+    check_int8("amx", "a weight", w_q)
     return _pack(lib, w_q, reuse=reuse)
 
 
@@ -154,24 +158,13 @@ def mm(a_q: torch.Tensor, w: Packed, *, out: torch.Tensor | None = None) -> torc
     """``a_q [M, K] · wᵀ`` of int8 values as int32 ``[M, N]``, exactly (the caller guarantees
     ``K <= INT_MM_MAX_K``: no sum overflows int32): into ``out`` if given (int32 ``[M, N]``)."""
     lib = _library()
-    _check_int8("activations", a_q)
-    m, k = a_q.shape
-    if k != w.k:
-        raise ValueError(f"asic: amx GEMM of [{m}, {k}] by a packed [{w.n}, {w.k}]")
-    if out is not None and (out.dtype != torch.int32 or tuple(out.shape) != (m, w.n)):
-        raise ValueError(
-            f"asic: amx GEMM into {out.dtype} {list(out.shape)}, not int32 [{m}, {w.n}]"
-        )
+    check_product("amx", a_q, w.n, w.k, out)
     return _mm(lib, a_q, w, out=out)
 
 
 def _mm(lib: Any, a_q: torch.Tensor, w: Packed, *, out: torch.Tensor | None = None) -> torch.Tensor:
     m, k = a_q.shape
-    # The kernel writes rows of unit stride, ldo apart, none over another.
-    if out is not None and out.stride(-1) == 1 and (m < 2 or out.stride(0) >= w.n):
-        result = out
-    else:
-        result = torch.empty((m, w.n), dtype=torch.int32)
+    result = accumulator(out, m, w.n)
     if m and w.n:  # K = 0 too: the kernel writes zeros
         a = a_q if a_q.stride(1) == 1 else a_q.contiguous()
         buf = amx_activations(int(lib.amx_a_bytes(m, k)))
@@ -189,11 +182,4 @@ def _mm(lib: Any, a_q: torch.Tensor, w: Packed, *, out: torch.Tensor | None = No
         )
         if failed:  # available() held: only the sums of a long K can fail, finding no memory
             raise MemoryError(f"asic: the amx GEMM of [{m}, {k}] by [{w.n}, {k}] found no memory")
-    if out is not None and result is not out:
-        return out.copy_(result)
-    return result
-
-
-def gemm_threads(macs: int) -> int:
-    """The threads a GEMM of ``macs`` multiply-adds (or a packing of as many values) shares."""
-    return torch.get_num_threads() if macs >= PARALLEL_MIN_MACS else 1
+    return finished(out, result)

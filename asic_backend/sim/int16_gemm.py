@@ -28,8 +28,17 @@ import torch
 
 from asic_backend.sim import host_passes
 from asic_backend.sim.host import INT16_PACK_SLOT, int16_activations, operand
+from asic_backend.sim.native_gemm import (
+    PARALLEL_MIN_MACS,
+    accumulator,
+    check_int8,
+    check_product,
+    finished,
+    gemm_threads,
+)
 
 __all__ = [
+    "PARALLEL_MIN_MACS",
     "Packed",
     "available",
     "conv_input",
@@ -40,9 +49,6 @@ __all__ = [
     "unavailable_reason",
 ]
 
-#: From this much work on (multiply-adds, or values packed), a call shares it among torch's
-#: threads.
-PARALLEL_MIN_MACS = 1 << 18
 #: Readable bytes :func:`pack_conv` needs before and after a padded input (it reads 32 at a time).
 MARGIN = 32
 
@@ -82,20 +88,12 @@ def _library() -> Any:
     return native
 
 
-def _check_int8(name: str, t: torch.Tensor) -> None:
-    if t.dtype != torch.int8 or t.dim() != 2 or t.device.type != "cpu":
-        raise ValueError(
-            f"asic: the int16 kernel takes {name} as a 2-D int8 CPU tensor, "
-            f"got {t.dtype} {list(t.shape)} on {t.device}"
-        )
-
-
 def pack(w_q: torch.Tensor, *, reuse: bool = False) -> Packed:
     """The int8 ``w_q [N, K]`` (any strides: a transposed view of a ``[K, N]`` too) packed.
     ``reuse``: into this thread's reused buffer, for an operand of one call (an activation, a
     convolution's im2col matrix): the packing is then only good until the next ``reuse``."""
     lib = _library()
-    _check_int8("a weight", w_q)
+    check_int8("int16", "a weight", w_q)
     n, k = w_q.shape
     size = (int(lib.int16_packed_bytes(n, k)),)
     data = (
@@ -183,19 +181,9 @@ def mm(a_q: torch.Tensor, w: Packed, *, out: torch.Tensor | None = None) -> torc
     """``a_q [M, K] · wᵀ`` of int8 values as int32 ``[M, N]``, exactly (the caller guarantees
     ``K <= INT_MM_MAX_K``: no sum overflows int32): into ``out`` if given (int32 ``[M, N]``)."""
     lib = _library()
-    _check_int8("activations", a_q)
+    check_product("int16", a_q, w.n, w.k, out)
     m, k = a_q.shape
-    if k != w.k:
-        raise ValueError(f"asic: int16 GEMM of [{m}, {k}] by a packed [{w.n}, {w.k}]")
-    if out is not None and (out.dtype != torch.int32 or tuple(out.shape) != (m, w.n)):
-        raise ValueError(
-            f"asic: int16 GEMM into {out.dtype} {list(out.shape)}, not int32 [{m}, {w.n}]"
-        )
-    # The kernel writes rows of unit stride, ldo apart, none over another.
-    if out is not None and out.stride(-1) == 1 and (m < 2 or out.stride(0) >= w.n):
-        result = out
-    else:
-        result = torch.empty((m, w.n), dtype=torch.int32)
+    result = accumulator(out, m, w.n)
     if m and w.n:  # K = 0: the kernel writes zeros
         a = a_q if a_q.stride(1) == 1 else a_q.contiguous()
         a16 = int16_activations(m, k)
@@ -211,11 +199,4 @@ def mm(a_q: torch.Tensor, w: Packed, *, out: torch.Tensor | None = None) -> torc
             a16.data_ptr(),
             gemm_threads(m * w.n * k),
         )
-    if out is not None and result is not out:
-        return out.copy_(result)
-    return result
-
-
-def gemm_threads(macs: int) -> int:
-    """The threads a GEMM of ``macs`` multiply-adds (or a packing of as many values) shares."""
-    return torch.get_num_threads() if macs >= PARALLEL_MIN_MACS else 1
+    return finished(out, result)
