@@ -48,7 +48,9 @@ static inline int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to
 int64_t asic_amx_lda(int64_t k) { return round_up(k, TILE_K) + 64; }
 
 /* Bytes of the activations' buffer of m rows. */
-int64_t asic_amx_a_bytes(int64_t m, int64_t k) { return round_up(m, TILE_ROWS) * asic_amx_lda(k); }
+int64_t asic_amx_a_bytes(int64_t m, int64_t k) {
+    return round_up(m, TILE_ROWS) * asic_amx_lda(k);
+}
 
 /* Bytes of a packed [n, k] weight. */
 int64_t asic_amx_packed_bytes(int64_t n, int64_t k) {
@@ -233,7 +235,8 @@ int asic_amx_gemm_sink(const int8_t *a, int64_t m, int64_t k, const int8_t *pack
                         const int64_t i0 = r * BLOCK_ROWS;
                         const int64_t rows = m - i0 < BLOCK_ROWS ? m - i0 : BLOCK_ROWS;
                         for (int64_t p = p0; p < p1; p++) {
-                            int32_t *acc = chunked ? sums + ((r - r0) * group + (p - p0)) * BLOCK_ROWS * PANEL : c;
+                            const int64_t slot = ((r - r0) * group + (p - p0)) * BLOCK_ROWS * PANEL;
+                            int32_t *acc = chunked ? sums + slot : c;
                             int32_t *dst = last ? c : acc;
                             const int8_t *b = packed + p * kp * PANEL;
                             if (rows > TILE_ROWS)
@@ -241,8 +244,8 @@ int asic_amx_gemm_sink(const int8_t *a, int64_t m, int64_t k, const int8_t *pack
                             else
                                 block_16(a + i0 * lda, lda, b, q0, q1, acc, q0 > 0, dst);
                             if (last) {
-                                const int64_t j0 = p * PANEL, cols = n - j0 < PANEL ? n - j0 : PANEL;
-                                sink(ctx, c, PANEL, i0, rows, j0, cols);
+                                const int64_t j0 = p * PANEL;
+                                sink(ctx, c, PANEL, i0, rows, j0, n - j0 < PANEL ? n - j0 : PANEL);
                             }
                         }
                     }
@@ -264,7 +267,7 @@ int asic_amx_gemm_sink(const int8_t *a, int64_t m, int64_t k, const int8_t *pack
 #endif
 
 /* Copy m rows of a (element (i, kk) at a[i * sa + kk], K values) into buf, padded. */
-void asic_amx_copy_a(const int8_t *a, int64_t m, int64_t k, int64_t sa, int8_t *buf) {
+static void copy_a(const int8_t *a, int64_t m, int64_t k, int64_t sa, int8_t *buf) {
     const int64_t lda = asic_amx_lda(k), mp = round_up(m, TILE_ROWS);
     for (int64_t i = 0; i < m; i++) {
         memcpy(buf + i * lda, a + i * sa, (size_t)k);
@@ -291,7 +294,7 @@ static void copy_block(void *ctx, const int32_t *block, int64_t ld, int64_t i0, 
 int64_t asic_amx_gemm(const int8_t *a, int64_t m, int64_t k, int64_t sa, const int8_t *packed,
                       int64_t n, int32_t *out, int64_t ldo, int8_t *buf, int threads) {
     if (!asic_amx_available()) return -1;
-    asic_amx_copy_a(a, m, k, sa, buf);
+    copy_a(a, m, k, sa, buf);
     struct copy_out o = {out, ldo};
     return asic_amx_gemm_sink(buf, m, k, packed, n, copy_block, &o, threads);
 }

@@ -24,7 +24,6 @@ torch.int32
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -102,17 +101,20 @@ def _exact(native: Any) -> bool:
     return _once("exact", native, lambda: _check(native))
 
 
-#: :func:`_once`'s answers, by question and library.
-_answers: dict[tuple[str, int | None], bool] = {}
+#: :func:`_once`'s answers, by question and library: each with the library, held so that its
+#: ``id`` is never another's.
+_answers: dict[tuple[str, int], tuple[Any, bool]] = {}
 
 
 def _once(question: str, native: Any, ask: Callable[[], bool]) -> bool:
-    """``ask()``'s answer for this library, asked once: a library is known by where its code
-    lies (its entry points are not hashable), so a library loaded again is asked again."""
-    key = (question, ctypes.cast(native.amx_request, ctypes.c_void_p).value)
-    if key not in _answers:
-        _answers[key] = ask()
-    return _answers[key]
+    """``ask()``'s answer for this library, asked once (a library reloaded is another object,
+    asked again). Keyed by ``id``: a library's entry points are not hashable, and
+    :func:`available` is asked on every GEMM's kernel choice."""
+    key = (question, id(native))
+    got = _answers.get(key)
+    if got is None:
+        got = _answers[key] = (native, ask())
+    return got[1]
 
 
 def _check(native: Any) -> bool:
@@ -126,9 +128,10 @@ def _check(native: Any) -> bool:
 
 
 def _library() -> Any:
-    if not available():
+    native = _built()
+    if native is None or not _exact(native):
         raise RuntimeError(f"asic: the amx kernel is not available: {unavailable_reason()}")
-    return _built()
+    return native
 
 
 def pack(w_q: torch.Tensor, *, reuse: bool = False) -> Packed:

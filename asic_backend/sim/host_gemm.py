@@ -106,6 +106,11 @@ __all__ = [
 
 #: The kernels, by name.
 KERNELS: tuple[str, ...] = ("int_mm", "float32", "float64", "int16", "amx")
+#: The project's native kernels, by name: modules of the same functions (``available``,
+#: ``unavailable_reason``, ``pack``, ``mm``, ``gemm_threads``) and a ``Packed`` weight each.
+_NATIVE: dict[str, Any] = {"int16": int16_gemm, "amx": amx_gemm}
+#: Their packed weights.
+_PACKED = (int16_gemm.Packed, amx_gemm.Packed)
 #: The environment variable that forces one (or ``auto``).
 ENV_VAR = "ASIC_HOST_GEMM"
 #: float32's last exact integer step: every partial sum of a float32 GEMM slice stays within it.
@@ -166,11 +171,6 @@ def available_kernels() -> tuple[str, ...]:
     """The kernels this process can use (:func:`forced`): all but a native one (``int16``,
     ``amx``) where it is not available."""
     return tuple(name for name in KERNELS if name not in _NATIVE or _NATIVE[name].available())
-
-
-#: The project's native kernels, by name: each module's ``available()`` and
-#: ``unavailable_reason()``.
-_NATIVE = {"int16": int16_gemm, "amx": amx_gemm}
 
 
 def _require_native(name: str, asked: str) -> None:
@@ -310,10 +310,10 @@ def mm_i32(
     if name == "int_mm":
         a, w = _row_major(a_q), _as_kn(w_q)
         return torch._int_mm(a, w, out=out) if out is not None else torch._int_mm(a, w)
-    if name == "int16":
-        return int16_gemm.mm(a_q, int16_gemm.pack(w_q, reuse=True), out=out)
-    if name == "amx":
-        return amx_gemm.mm(a_q, amx_gemm.pack(w_q, reuse=True), out=out)
+    if name in _NATIVE:
+        module = _NATIVE[name]
+        product: torch.Tensor = module.mm(a_q, module.pack(w_q, reuse=True), out=out)
+        return product
     dtype = torch.float64 if name == "float64" else torch.float32
     if dtype == torch.float32 and w_static:
         return _float32_weight_gemm(a_q, w_q, out, allow_float32)
@@ -362,12 +362,8 @@ def static_operand(
         form = form or static_form(name, rows)
         by_rows = form == "rows" and (rows == 1 or _is_row_major(w_q) or stamp(w_q) is not None)
         return StaticOperand(name, _rows(w_q).t() if by_rows else _columns(w_q))
-    if name == "int16":
-        return StaticOperand(name, _packed(w_q))
-    if name == "amx":
-        return StaticOperand(
-            name, _weight_copies["amx"].get(w_q, stamp(w_q), lambda: amx_gemm.pack(w_q))
-        )
+    if name in _NATIVE:
+        return StaticOperand(name, _packed(name, w_q))
     raise ValueError(f"asic: the {name} kernel keeps no static operand; {STATIC_KERNELS} do")
 
 
@@ -402,9 +398,9 @@ def native_linear_gemm(
     device: inside its own native call where ``w``'s kernel is native (``int16``, ``amx``), in tiles
     where ``int_mm``'s product is large (:func:`int_mm_tiles`, unless in an :func:`untiled`
     block); None where it is one call of :func:`static_mm`."""
-    if isinstance(w.data, (int16_gemm.Packed, amx_gemm.Packed)):
-        packed, module = w.data, _NATIVE[w.kernel]
-        threads = module.gemm_threads(rows * packed.n * packed.k)
+    if isinstance(w.data, _PACKED):
+        packed = w.data
+        threads = _NATIVE[w.kernel].gemm_threads(rows * packed.n * packed.k)
         return host_passes.NativeGemm(w.kernel, packed.data, packed.n, packed.k, threads, record)
     kn = w.data  # [K, N], as torch._int_mm takes it
     n = kn.shape[1]
@@ -425,10 +421,9 @@ def static_mm(
     weight it was made from, with ``w_static``. The caller guarantees ``K <= INT_MM_MAX_K``,
     and that ``w``'s kernel is the one :func:`kernel_for` gives, or :func:`static_choice` in
     its place."""
-    if isinstance(w.data, int16_gemm.Packed):
-        return int16_gemm.mm(a_q, w.data, out=out)
-    if isinstance(w.data, amx_gemm.Packed):
-        return amx_gemm.mm(a_q, w.data, out=out)
+    if isinstance(w.data, _PACKED):
+        acc: torch.Tensor = _NATIVE[w.kernel].mm(a_q, w.data, out=out)
+        return acc
     a = _row_major(a_q)
     return torch._int_mm(a, w.data, out=out) if out is not None else torch._int_mm(a, w.data)
 
@@ -660,7 +655,7 @@ def bmm_i32(a_q: torch.Tensor, w_q: torch.Tensor, *, allow_float32: bool = False
             torch._int_mm(_row_major(a_q[i]), _as_kn(w_q[i]), out=acc[i])
         return acc
     if name in _NATIVE:
-        module: Any = _NATIVE[name]
+        module = _NATIVE[name]
         acc = torch.empty((batch, m, w_q.shape[1]), dtype=torch.int32, device=a_q.device)
         for i in range(batch):
             module.mm(a_q[i], module.pack(w_q[i], reuse=True), out=acc[i])
@@ -771,9 +766,13 @@ def _rows(w_q: torch.Tensor) -> torch.Tensor:
     return _weight_copies["rows"].get(w_q, version, lambda: _row_major(w_q.contiguous()))
 
 
-def _packed(w_q: torch.Tensor) -> int16_gemm.Packed:
-    """``w_q [N, K]`` packed for the ``int16`` kernel, kept while the weight is unchanged."""
-    return _weight_copies["int16"].get(w_q, stamp(w_q), lambda: int16_gemm.pack(w_q))
+def _packed(name: str, w_q: torch.Tensor) -> int16_gemm.Packed | amx_gemm.Packed:
+    """``w_q [N, K]`` packed for the native kernel ``name``, kept while the weight is
+    unchanged."""
+    packed: int16_gemm.Packed | amx_gemm.Packed = _weight_copies[name].get(
+        w_q, stamp(w_q), lambda: _NATIVE[name].pack(w_q)
+    )
+    return packed
 
 
 #: How ``torch._int_mm`` may read a kept weight from two rows on (:func:`int_mm_layout`).

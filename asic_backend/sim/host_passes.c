@@ -279,6 +279,7 @@ int64_t asic_linear_int16(const float *x, int64_t m, int64_t k, int64_t x_stride
 /* The amx kernel (amx_gemm.c): its activations' row stride and buffer, and its GEMM, which hands
  * each block of the product to a sink while the block is in L1. */
 int64_t asic_amx_lda(int64_t k);
+int64_t asic_amx_a_bytes(int64_t m, int64_t k);
 int asic_amx_available(void);
 typedef void (*asic_amx_sink)(void *ctx, const int32_t *block, int64_t ld, int64_t i0,
                               int64_t rows, int64_t j0, int64_t cols);
@@ -314,7 +315,8 @@ int64_t asic_linear_amx(const float *x, int64_t m, int64_t k, int64_t x_stride,
                         const float *bias, float eps, float *x_scale, int8_t *a, float *y,
                         int q_threads, int gemm_threads) {
     if (!asic_amx_available()) return -1;
-    const int64_t lda = asic_amx_lda(k), mp = (m + 15) / 16 * 16;
+    /* The buffer's rows: m padded to the kernel's tiles (asic_amx_a_bytes). */
+    const int64_t lda = asic_amx_lda(k), mp = asic_amx_a_bytes(m, k) / lda;
     int64_t bad = 0;
 #pragma omp parallel for num_threads(q_threads) reduction(+ : bad) if (q_threads > 1)
     for (int64_t r = 0; r < mp; r++) {
